@@ -1,0 +1,1 @@
+"""vocabridge: vocabulary adaptation for domain adaptation of NMT."""

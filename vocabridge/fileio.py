@@ -1,0 +1,75 @@
+"""Atomic outputs: write under a temporary name next to the target, then rename.
+
+A killed stage therefore leaves either the old artifact or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary directory that replaces `target` only if the block succeeds."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield tmp
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_file(target: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
+    """Open a temporary file that is renamed to `target` when the block succeeds."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    os.close(fd)
+    try:
+        kwargs = {"encoding": encoding, "newline": "\n"} if "b" not in mode else {}
+        with open(tmp, mode, **kwargs) as handle:
+            yield handle
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
+    """Write one segment per line, '\\n'-terminated (the format of every corpus file)."""
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        for line in lines:
+            handle.write(line)
+            handle.write("\n")
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    """Deterministic JSON (sorted keys, fixed indent) so that re-runs are byte-identical; atomic."""
+    with atomic_file(path) as handle:
+        json.dump(obj, handle, indent=2, sort_keys=True, ensure_ascii=False)
+        handle.write("\n")
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
