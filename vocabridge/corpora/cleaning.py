@@ -19,7 +19,7 @@ _WS = re.compile(r"\s+")
 _ENTITY = re.compile(r"&(#\d+|#x[0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
 # printf (%s, %d, %-5.2f, %1$s, %(name)s), Qt (%1), Python/.NET/ICU ({0}, {name}), shell (${name})
 PLACEHOLDER = re.compile(
-    r"%(\(\w+\)|\d+\$)?[-+ #0']*(\d+|\*)?(\.(\d+|\*))?(hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcsaAp]"
+    r"%(\(\w+\)|\d+\$)?[-+#0']*(\d+|\*)?(\.(\d+|\*))?(hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcsaAp]"
     r"|%\d+|\{\w*\}|\$\{\w+\}"
 )
 # gettext message contexts written into the msgid: "Menu|File", "@title:window|Settings"

