@@ -153,7 +153,8 @@ class _ParagraphParser(HTMLParser):
 def _help_pages(path: Path, lang_dir: str) -> dict[str, dict[str, str]]:
     prefix = re.compile(rf"^\.?/?usr/share/libreoffice/help/{re.escape(lang_dir)}/(text/.+\.html)$")
     pages = {}
-    for name, data in deb_members(path, lambda n: prefix.match(n) is not None):
+    members = deb_members(path, lambda n: prefix.match(n) is not None)
+    for name, data in tqdm(members, desc=f"read LibreOffice help ({lang_dir})", unit="page"):
         parser = _ParagraphParser()
         parser.feed(data.decode("utf-8", errors="replace"))
         pages[prefix.match(name).group(1)] = parser.paragraphs
