@@ -133,11 +133,79 @@ class Spm:
 
 
 @dataclass
+class Arch:
+    """Transformer size (Marian): the default is small enough for a 2-core CPU."""
+
+    d_model: int = 256
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    heads: int = 4
+    ffn_dim: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    max_positions: int = 256
+
+
+@dataclass
+class Training:
+    max_updates: int = 2500
+    batch_tokens: int = 2500  # padded tokens of the longer side per batch
+    lr: float = 7e-4
+    warmup: int = 1000
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    max_len: int = 128  # pairs with a side longer than this (in pieces) are skipped
+    eval_every: int = 500
+    dev_sentences: int = 500  # greedy dev BLEU on the first N dev pairs
+    patience: int = 5  # evaluations without dev BLEU gain before stopping; 0: never
+    checkpoint_every: int = 200
+    log_every: int = 50
+    bf16: bool = True  # autocast on GPU, and on CPUs with bf16 support
+    threads: int = 2
+    device: str = "auto"
+    seed: int = 1
+
+
+@dataclass
+class Pretrain:
+    external_model: str = ""  # a Marian/OPUS-MT directory to use instead of training one
+    arch: Arch = field(default_factory=Arch)
+    train: Training = field(default_factory=lambda: Training(max_updates=20000, warmup=4000, eval_every=2000))
+
+
+@dataclass
+class Finetune:
+    train: Training = field(default_factory=lambda: Training(max_updates=2500, warmup=500, eval_every=250))
+
+
+@dataclass
+class Evaluate:
+    beam: int = 5
+    length_penalty: float = 1.0
+    batch_tokens: int = 6000
+    bf16: bool = False
+    threads: int = 2
+    device: str = "auto"
+
+
+@dataclass
+class Report:
+    baseline: str = "ft-srcv"
+    bootstrap_samples: int = 1000
+    seed: int = 12345
+
+
+@dataclass
 class Params:
     profile: str = "default"
     lang: Lang = field(default_factory=Lang)
+    methods: list[str] = field(default_factory=lambda: ["out-domain", "in-domain", "ft-srcv"])
     prepare: Prepare = field(default_factory=Prepare)
     spm: Spm = field(default_factory=Spm)
+    pretrain: Pretrain = field(default_factory=Pretrain)
+    finetune: Finetune = field(default_factory=Finetune)
+    evaluate: Evaluate = field(default_factory=Evaluate)
+    report: Report = field(default_factory=Report)
 
 
 def _type_name(tp) -> str:

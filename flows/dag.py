@@ -1,0 +1,135 @@
+"""The stage graph, read from dvc.yaml through DVC's own index at run time (never a second copy of the DAG)."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flows.errors import FlowError
+
+# Stage groups that train or translate: their tasks carry the `gpu` tag unless dvc.yaml says otherwise
+# (`meta: {prefect: {gpu: false}}`). Downloads fail transiently, so `prepare` is retried by default.
+GPU_GROUPS = frozenset({"pretrain", "generator", "finetune", "evaluate"})
+RETRY_GROUPS = {"prepare": 3}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One DVC stage as the flow needs it: its address, what it waits for, and how Prefect should treat it."""
+
+    name: str  # DVC's address: `mismatch`, `finetune@va-llm`
+    upstream: tuple[str, ...] = ()
+    gpu: bool = False
+    retries: int = 0
+    reports: tuple[str, ...] = ()  # metrics files and Markdown/CSV tables it declares (paths in the workspace)
+    outs: tuple[str, ...] = ()
+
+    @property
+    def group(self) -> str:
+        return self.name.split("@", 1)[0]
+
+    @property
+    def item(self) -> str | None:
+        return self.name.split("@", 1)[1] if "@" in self.name else None
+
+    @property
+    def tags(self) -> list[str]:
+        return [f"stage:{self.group}", *([f"method:{self.item}"] if self.item else []), *(["gpu"] if self.gpu else [])]
+
+
+@dataclass
+class Dag:
+    """Stages in a topological order (DVC's graph), with the upstream stages of each."""
+
+    stages: dict[str, Stage] = field(default_factory=dict)
+
+    @property
+    def order(self) -> list[str]:
+        return list(self.stages)
+
+    def ancestors(self, name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            for up in self.stages[todo.pop()].upstream:
+                if up not in seen:
+                    seen.add(up)
+                    todo.append(up)
+        return seen
+
+    def match(self, patterns: list[str]) -> list[str]:
+        """Stage names matching shell-style patterns (`finetune@*`); an unmatched pattern is an error."""
+        found: list[str] = []
+        for pattern in patterns:
+            hits = [n for n in self.stages if fnmatch.fnmatchcase(n, pattern)]
+            if not hits:
+                raise FlowError(f"no stage in dvc.yaml matches {pattern!r} (stages: {', '.join(self.stages)})")
+            found += [h for h in hits if h not in found]
+        return found
+
+    def select(self, targets: list[str] | None = None, methods: list[str] | None = None) -> Dag:
+        """The sub-DAG for `targets` (with their ancestors) restricted to `methods`.
+
+        A method is an item of a foreach group (`finetune@va-llm`); groups whose items include a requested
+        method keep only the requested ones, and stages that need a dropped stage (the cross-method report)
+        are dropped too. Groups over other lists (`prepare@upstream`) are untouched.
+        """
+        keep = set(self.stages)
+        if targets:
+            keep = set()
+            for name in self.match(targets):
+                keep |= {name} | self.ancestors(name)
+        if methods:
+            groups: dict[str, set[str]] = {}
+            for stage in self.stages.values():
+                if stage.item is not None:
+                    groups.setdefault(stage.group, set()).add(stage.item)
+            known = sorted({i for items in groups.values() for i in items})
+            unknown = [m for m in methods if m not in known]
+            if unknown:
+                raise FlowError(f"unknown method {unknown[0]!r} (foreach items in dvc.yaml: {', '.join(known)})")
+            dropped = {s.name for s in self.stages.values()
+                       if s.item is not None and groups[s.group] & set(methods) and s.item not in methods}
+            for name in self.order:  # topological: a stage whose upstream was dropped is dropped
+                if name in dropped or set(self.stages[name].upstream) & dropped:
+                    dropped.add(name)
+            keep -= dropped
+        return Dag({n: s for n, s in self.stages.items() if n in keep})
+
+
+def load_dag(workspace: Path) -> Dag:
+    """Read dvc.yaml (and any other pipeline files) of `workspace` with DVC's Repo API."""
+    import networkx as nx
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(workspace)) as repo:
+            graph = repo.index.graph  # edges point from a stage to the stages it depends on
+            pipeline = [s for s in graph.nodes if getattr(s, "cmd", None)]  # skip `dvc add`ed data sources
+            order = [s for s in reversed(list(nx.topological_sort(graph))) if s in pipeline]
+            root = Path(repo.root_dir)
+
+            def address(stage) -> str:  # what `dvc repro` accepts from the workspace root
+                dvcfile = Path(stage.path).relative_to(root).as_posix()
+                return stage.name if dvcfile == "dvc.yaml" else f"{dvcfile}:{stage.name}"
+
+            stages = {}
+            for stage in order:
+                meta = (stage.meta or {}).get("prefect", {}) if isinstance(stage.meta, dict) else {}
+                name = address(stage)
+                group = stage.name.split("@", 1)[0]
+                reports = tuple(str(o.def_path) for o in stage.outs
+                                if o.metric or (not o.use_cache and str(o.def_path).endswith((".md", ".csv"))))
+                stages[name] = Stage(
+                    name=name,
+                    upstream=tuple(sorted(address(u) for u in graph.successors(stage) if u in pipeline)),
+                    gpu=bool(meta.get("gpu", group in GPU_GROUPS)),
+                    retries=int(meta.get("retries", RETRY_GROUPS.get(group, 0))),
+                    reports=reports,
+                    outs=tuple(str(o.def_path) for o in stage.outs),
+                )
+    except DvcException as exc:
+        raise FlowError(f"{workspace}: cannot read the DVC pipeline: {exc}") from exc
+    return Dag(stages)

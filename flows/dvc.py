@@ -1,0 +1,112 @@
+"""Running DVC as a subprocess (argument lists only) and reading what it says about a stage."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from flows.errors import FlowError, StageError
+
+BUSY = re.compile(r"is busy, it is being blocked by|Unable to acquire lock")
+
+
+def dvc_env() -> dict[str, str]:
+    """Stages run with the flow's own interpreter first on PATH (their commands say `python -m stages...`)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("DVC_NO_ANALYTICS", "1")
+    return env
+
+
+def dvc(args: list[str], cwd: Path, log: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+    """Run `dvc ARGS` in `cwd`; stream its output lines to `log` (tqdm's carriage-return updates collapsed)."""
+    cmd = [sys.executable, "-m", "dvc", *args]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=dvc_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", bufsize=1)
+    lines = []
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.rstrip("\n").split("\r")[-1].rstrip()
+        if line:
+            lines.append(line)
+            if log:
+                log(line)
+    proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, "\n".join(lines), "")
+
+
+def dvc_ok(args: list[str], cwd: Path) -> str:
+    """Run a DVC command that must succeed; its stdout, or a one-line FlowError with DVC's own message."""
+    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=dvc_env(), capture_output=True,
+                          text=True)
+    if proc.returncode:
+        raise FlowError(f"dvc {' '.join(args)}: {error_line(proc.stdout + proc.stderr)}")
+    return proc.stdout
+
+
+def git(args: list[str], cwd: Path) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode:
+        raise FlowError(f"git {' '.join(args)}: {error_line(proc.stderr + proc.stdout)}")
+    return proc.stdout
+
+
+def error_line(output: str) -> str:
+    """The most telling line: the stage's own `error:` line, else DVC's `ERROR:` line, else the last line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for prefix in ("error:", "ERROR:"):
+        found = [ln for ln in lines if ln.startswith(prefix)]
+        if found:
+            return found[-1]
+    return lines[-1] if lines else "no output"
+
+
+@dataclass
+class StageRun:
+    """What `dvc repro --single-item` did with one stage."""
+
+    stage: str
+    outcome: str  # ran | up-to-date | restored (from DVC's run cache)
+    seconds: float
+    started: float
+    attempts_waiting_for_lock: int = 0
+
+
+def outcome(output: str, stage: str) -> str:
+    if f"Running stage '{stage}'" in output:
+        return "ran"
+    if "is cached - skipping run" in output:
+        return "restored"
+    return "up-to-date"
+
+
+def repro_stage(stage: str, workspace: Path, log: Callable[[str], None] | None = None, force: bool = False,
+                pull: bool = False, lock_timeout: float = 600.0) -> StageRun:
+    """`dvc repro --single-item STAGE`: DVC decides whether it runs, is restored, or is already up to date.
+
+    Another DVC process writing the same outputs makes DVC refuse at once ("is busy"); we wait for it
+    (polling) up to `lock_timeout` seconds, then fail with DVC's message.
+    """
+    args = ["repro", "--single-item", *(["--force"] if force else []), *(["--pull"] if pull else []), stage]
+    started = time.time()
+    waited = 0
+    while True:
+        proc = dvc(args, workspace, log)
+        if proc.returncode == 0:
+            return StageRun(stage, outcome(proc.stdout, stage), time.time() - started, started, waited)
+        if BUSY.search(proc.stdout) and time.time() - started < lock_timeout:
+            waited += 1
+            if log:
+                log(f"{stage}: another DVC process holds the workspace lock; waiting")
+            time.sleep(min(2.0 * waited, 15.0))
+            continue
+        line = error_line(proc.stdout)
+        if BUSY.search(proc.stdout):
+            line = f"workspace busy for {lock_timeout:.0f} s: {line}"
+        raise StageError(f"stage '{stage}' failed: {line}")

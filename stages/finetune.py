@@ -1,0 +1,52 @@
+"""Stage finetune@METHOD: fine-tune the method's initial model on the downstream training set.
+
+The optimizer and schedule start afresh (Sato et al. 2020, section 4.2). Methods that are evaluated as they
+are (out-domain) are copied unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+import torch
+
+from stages import _paths as paths
+from vocabridge.config import load_params
+from vocabridge.entry import run
+from vocabridge.fileio import atomic_dir, sha256_file, write_json
+from vocabridge.nmt.model import copy_model_dir, load_model, save_model
+from vocabridge.nmt.train import State, device_of, fingerprint_of, fit, write_logs
+from vocabridge.transfer import get_method
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("method")
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    params = load_params(args.params)
+    cfg, lang, name = params.finetune.train, params.lang, args.method
+    init, out, plots = paths.init_model(name), paths.finetuned(name), paths.PLOTS / "finetune" / name
+    if not get_method(name).finetune:
+        with atomic_dir(out) as tmp:
+            copy_model_dir(init, tmp)
+        write_logs(State(), plots)
+        write_json(paths.METRICS / "finetune" / f"{name}.json", {"updates": 0, "best_update": 0})
+        return
+    torch.set_num_threads(cfg.threads)
+    model, src, tgt = load_model(init, str(device_of(cfg.device)))
+    corpus = paths.CORPORA / "downstream"
+    fingerprint = fingerprint_of("finetune", name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
+                                 sha256_file(init / "model.safetensors"))
+    state, summary = fit(model, src, tgt, corpus, lang, cfg, paths.CHECKPOINTS / "finetune" / name, fingerprint,
+                         f"finetune {name}")
+    with atomic_dir(out) as tmp:
+        save_model(model.cpu(), src, tgt, tmp)
+    write_logs(state, plots)
+    write_json(paths.METRICS / "finetune" / f"{name}.json", summary)
+    print(summary)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,38 @@
+"""Metrics with sacrebleu: BLEU, chrF and TER with their signatures, and paired bootstrap resampling."""
+
+from __future__ import annotations
+
+import os
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+from sacrebleu.significance import PairedTest
+
+
+def score(hyps: list[str], refs: list[str]) -> dict:
+    """Corpus scores and the signatures that make them reproducible."""
+    out = {}
+    for name, metric in (("bleu", BLEU()), ("chrf", CHRF()), ("ter", TER())):
+        result = metric.corpus_score(hyps, [refs])
+        out[name] = round(result.score, 2)
+        out[f"{name}_signature"] = str(metric.get_signature())
+    return out
+
+
+def paired_bootstrap(baseline: tuple[str, list[str]], systems: list[tuple[str, list[str]]], refs: list[str],
+                     n_samples: int = 1000, seed: int = 12345) -> dict[str, dict]:
+    """sacrebleu's paired bootstrap of BLEU against a baseline: p-value and 95% interval per system.
+
+    The first system is the baseline; each other system gets the p-value of the null hypothesis that it
+    is no better than the baseline, and the bootstrap mean and 95% confidence interval of its BLEU.
+    """
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    test = PairedTest([baseline, *systems], {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=n_samples)
+    _, results = test()
+    out = {}
+    for (name, hyps), res in zip([baseline, *systems], results["BLEU"], strict=True):
+        p_value = None if res.p_value is None else round(float(res.p_value), 4)
+        if name != baseline[0] and list(hyps) == list(baseline[1]):
+            p_value = 1.0  # sacrebleu counts strictly larger differences: identical outputs would get 1/(n+1)
+        out[name] = {"bleu": round(float(res.score), 2), "mean": round(float(res.mean), 2),
+                     "ci": round(float(res.ci), 2), "p_value": p_value}
+    return out

@@ -1,0 +1,95 @@
+"""Marian translation models: build from params, save and load OPUS-MT-style directories.
+
+A model directory holds config.json, generation_config.json, model.safetensors, source.spm, target.spm,
+vocab.json, target_vocab.json and tokenizer_config.json; AutoModelForSeq2SeqLM and MarianTokenizer load it
+offline. Weights are only ever read from safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+from vocabridge.errors import InputError
+from vocabridge.nmt.vocab import Vocab
+
+MODEL_FILES = ("config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json", "target_vocab.json")
+
+
+def build_model(arch, src: Vocab, tgt: Vocab, seed: int) -> MarianMTModel:
+    """A freshly initialised Transformer with separate source/target embeddings, decoder in/out tied."""
+    if len(src) != len(tgt):
+        raise ValueError("source and target vocabularies must have equal length (see nmt.vocab)")
+    config = MarianConfig(
+        vocab_size=len(src), decoder_vocab_size=len(tgt), share_encoder_decoder_embeddings=False,
+        d_model=arch.d_model, encoder_layers=arch.encoder_layers, decoder_layers=arch.decoder_layers,
+        encoder_attention_heads=arch.heads, decoder_attention_heads=arch.heads,
+        encoder_ffn_dim=arch.ffn_dim, decoder_ffn_dim=arch.ffn_dim, dropout=arch.dropout,
+        attention_dropout=arch.attention_dropout, activation_dropout=0.0, activation_function="relu",
+        max_position_embeddings=arch.max_positions, scale_embedding=True, tie_word_embeddings=True,
+        pad_token_id=tgt.pad_id, eos_token_id=0, decoder_start_token_id=tgt.pad_id, forced_eos_token_id=0,
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config)
+    mask_fillers(model, tgt)
+    return model
+
+
+def mask_fillers(model: MarianMTModel, tgt: Vocab) -> None:
+    """Filler entries of the target vocabulary can never be generated."""
+    with torch.no_grad():
+        model.final_logits_bias.zero_()
+        for i in tgt.filler_ids:
+            model.final_logits_bias[0, i] = -1e4
+
+
+def save_model(model: MarianMTModel, src: Vocab, tgt: Vocab, out: Path, generation: dict | None = None) -> None:
+    """Write an OPUS-MT-style directory into `out` (use inside fileio.atomic_dir)."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=tgt.pad_id, pad_token_id=tgt.pad_id, eos_token_id=0, forced_eos_token_id=0,
+        bad_words_ids=[[tgt.pad_id]], **(generation or {}))
+    model.save_pretrained(out, safe_serialization=True)
+    (out / "source.spm").write_bytes(src.spm_bytes)
+    (out / "target.spm").write_bytes(tgt.spm_bytes)
+    (out / "vocab.json").write_text(src.to_json(), encoding="utf-8")
+    (out / "target_vocab.json").write_text(tgt.to_json(), encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "MarianTokenizer", "separate_vocabs": True, "model_max_length": 512,
+        "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}, indent=1), encoding="utf-8")
+
+
+def check_model_dir(path: Path) -> None:
+    """A clear error for a folder that is not a Marian model directory we can read safely."""
+    if not path.is_dir():
+        raise InputError(f"{path}: no such model directory")
+    missing = [name for name in MODEL_FILES if not (path / name).is_file()]
+    if (path / "pytorch_model.bin").is_file() and "model.safetensors" in missing:
+        raise InputError(f"{path}: only pytorch_model.bin (pickle) found; convert it to model.safetensors first")
+    if missing:
+        raise InputError(f"{path}: not a Marian model directory with separate vocabularies (missing {missing})")
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if config.get("model_type") != "marian":
+        raise InputError(f"{path}/config.json: model_type is {config.get('model_type')!r}, expected 'marian'")
+
+
+def load_model(path: Path, device: str = "cpu") -> tuple[MarianMTModel, Vocab, Vocab]:
+    """Model and vocabularies from a directory, weights from safetensors only."""
+    path = Path(path)
+    check_model_dir(path)
+    model = MarianMTModel.from_pretrained(path, use_safetensors=True).to(device)
+    src = Vocab.from_files(path / "source.spm", path / "vocab.json")
+    tgt = Vocab.from_files(path / "target.spm", path / "target_vocab.json")
+    return model, src, tgt
+
+
+def copy_model_dir(src: Path, out: Path) -> None:
+    check_model_dir(src)
+    out.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():
+        if item.is_file() and item.suffix != ".bin":
+            shutil.copy2(item, out / item.name)

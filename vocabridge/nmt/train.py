@@ -1,0 +1,230 @@
+"""The training loop shared by pretraining and fine-tuning.
+
+Adam with inverse-square-root warm-up, label smoothing, gradient clipping, bf16 autocast (CPU with AMX,
+or GPU), dev BLEU (greedy) for checkpoint selection and early stopping. Checkpoints (safetensors + JSON,
+no pickle) are written atomically every N updates; a rerun with the same fingerprint resumes exactly where
+the last checkpoint left off (same batches, same dropout masks).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import sacrebleu
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, load_model, save_file, save_model
+from tqdm import tqdm
+from transformers import MarianMTModel, get_inverse_sqrt_schedule
+
+from vocabridge.corpora.user import read_text_lines
+from vocabridge.errors import VocabridgeError
+from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
+from vocabridge.nmt.translate import translate
+from vocabridge.nmt.vocab import Vocab
+
+
+class TrainingError(VocabridgeError):
+    """Training cannot go on (a loss that is not finite, a checkpoint that does not fit)."""
+
+
+@dataclass
+class State:
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_bleu: float = -1.0
+    best_step: int = 0
+    bad_evals: int = 0
+    target_tokens: int = 0
+    seconds: float = 0.0
+    stopped: str = ""
+    loss_log: list[dict] = field(default_factory=list)
+    dev_log: list[dict] = field(default_factory=list)
+
+
+def device_of(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def dev_bleu(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str], bf16: bool) -> float:
+    hyps, _ = translate(model, src, tgt, sources, beam=1, bf16=bf16, progress=False)
+    return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+
+
+class Trainer:
+    def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, dev: tuple[list[str], list[str]],
+                 cfg, ckpt_dir: Path, fingerprint: dict, name: str):
+        self.model, self.src, self.tgt, self.data, self.cfg = model, src, tgt, data, cfg
+        self.dev_src, self.dev_ref = dev[0][: cfg.dev_sentences], dev[1][: cfg.dev_sentences]
+        self.ckpt_dir, self.fingerprint, self.name = Path(ckpt_dir), fingerprint, name
+        self.device = next(model.parameters()).device
+        self.bf16 = cfg.bf16 and (self.device.type == "cuda" or torch.backends.mkldnn.is_available())
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
+        self.scheduler = get_inverse_sqrt_schedule(self.optimizer, num_warmup_steps=max(cfg.warmup, 1))
+        self.state = State()
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+    def _save(self, which: str) -> None:
+        with atomic_dir(self.ckpt_dir / which) as tmp:
+            save_model(self.model, str(tmp / "model.safetensors"))
+            if which == "last":
+                tensors = {"rng": torch.get_rng_state()}
+                params = [p for g in self.optimizer.param_groups for p in g["params"]]
+                for i, param in enumerate(params):
+                    for key, value in self.optimizer.state[param].items():
+                        tensors[f"{i}.{key}"] = value.detach().cpu().clone().contiguous()
+                save_file(tensors, str(tmp / "optimizer.safetensors"))
+                sched = {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
+                write_json(tmp / "state.json", {"state": asdict(self.state), "scheduler": sched,
+                                                "fingerprint": self.fingerprint})
+
+    def _resume(self) -> bool:
+        last = self.ckpt_dir / "last"
+        if not (last / "state.json").is_file():
+            return False
+        saved = json.loads((last / "state.json").read_text())
+        if saved["fingerprint"] != self.fingerprint:
+            shutil.rmtree(self.ckpt_dir)  # a checkpoint of another configuration: start afresh
+            return False
+        load_model(self.model, str(last / "model.safetensors"), device=str(self.device))
+        tensors = load_file(str(last / "optimizer.safetensors"))
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        for i, p in enumerate(params):
+            state = {key.split(".", 1)[1]: v.to(self.device) if key.endswith(("exp_avg", "exp_avg_sq")) else v
+                     for key, v in tensors.items() if key.split(".", 1)[0] == str(i)}
+            if state:
+                self.optimizer.state[p] = state
+        sched = self.scheduler.state_dict() | saved["scheduler"]
+        self.scheduler.load_state_dict(sched)
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
+            group["lr"] = lr
+        torch.set_rng_state(tensors["rng"])
+        self.state = State(**saved["state"])
+        return True
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+    def _step(self, batch: dict[str, torch.Tensor]) -> float:
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        labels = batch.pop("labels")
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            logits = self.model(**batch).logits
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=-100,
+                               label_smoothing=self.cfg.label_smoothing)
+        if not torch.isfinite(loss):
+            where = self.ckpt_dir / "last"
+            raise TrainingError(f"{self.name}: loss is {loss.item()} at update {self.state.step + 1}; stopped. "
+                                f"The last good checkpoint is {where} (update {self._last_saved})")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss.item()
+
+    def _evaluate(self) -> None:
+        st = self.state
+        bleu = dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
+        self.model.train()
+        st.dev_log.append({"step": st.step, "dev_bleu": bleu})
+        if bleu > st.best_bleu:
+            st.best_bleu, st.best_step, st.bad_evals = bleu, st.step, 0
+            self._save("best")
+        else:
+            st.bad_evals += 1
+        if self.cfg.patience and st.bad_evals >= self.cfg.patience:
+            st.stopped = f"early stop: no dev BLEU gain in {st.bad_evals} evaluations"
+
+    def train(self) -> State:
+        """Run to max_updates or early stop; the best weights end up in ckpt_dir/best."""
+        cfg, st = self.cfg, self.state
+        resumed = self._resume()
+        st = self.state
+        self._last_saved = st.step
+        self.model.train()
+        if not resumed:
+            self._evaluate()  # update 0: the starting point of the learning curve
+            self._save("last")
+        bar = tqdm(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd", dynamic_ncols=True)
+        window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
+        while st.step < cfg.max_updates and not st.stopped:
+            batches = make_batches(self.data, cfg.batch_tokens, cfg.seed, st.epoch)
+            while st.batch_in_epoch < len(batches) and st.step < cfg.max_updates and not st.stopped:
+                idx = batches[st.batch_in_epoch]
+                tokens = int(sum(len(self.data.tgt[i]) for i in idx))
+                loss = self._step(collate(self.data, idx, self.src.pad_id, self.tgt.pad_id, self.tgt.pad_id))
+                st.step += 1
+                st.batch_in_epoch += 1
+                st.target_tokens += tokens
+                window_loss += loss
+                window_tokens += tokens
+                bar.update(1)
+                if st.step % cfg.log_every == 0 or st.step == cfg.max_updates:
+                    elapsed = time.perf_counter() - window_start
+                    st.seconds += elapsed
+                    n = st.step % cfg.log_every or cfg.log_every
+                    row = {"step": st.step, "loss": round(window_loss / n, 4),
+                           "lr": float(f"{self.scheduler.get_last_lr()[0]:.6g}"),
+                           "target_tokens_per_s": round(window_tokens / max(elapsed, 1e-9), 1)}
+                    st.loss_log.append(row)
+                    bar.set_postfix(loss=row["loss"], tok_s=row["target_tokens_per_s"], dev=st.best_bleu)
+                    window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
+                if st.step % cfg.eval_every == 0 or st.step == cfg.max_updates:
+                    self._evaluate()
+                if st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_updates or st.stopped:
+                    self._save("last")
+                    self._last_saved = st.step
+            if st.batch_in_epoch >= len(batches):
+                st.epoch += 1
+                st.batch_in_epoch = 0
+        bar.close()
+        if not st.stopped:
+            st.stopped = "max_updates reached" if cfg.max_updates else "no training (max_updates 0)"
+            self._save("last")
+        return st
+
+    def load_best(self) -> None:
+        load_model(self.model, str(self.ckpt_dir / "best" / "model.safetensors"), device=str(self.device))
+
+
+def fingerprint_of(*parts) -> dict:
+    """What a checkpoint belongs to: resuming is only allowed when this matches exactly."""
+    return json.loads(json.dumps(parts, default=str))
+
+
+def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, ckpt_dir: Path, fingerprint: dict,
+        name: str) -> tuple[State, dict]:
+    """Train on corpus/train.{src,tgt} with dev-BLEU selection; leaves the best weights in `model`."""
+    data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
+                           src, tgt, cfg.max_len)
+    if not len(data):
+        raise TrainingError(f"{corpus}: no training pair fits max_len={cfg.max_len}")
+    dev = (read_text_lines(corpus / f"dev.{lang.src}"), read_text_lines(corpus / f"dev.{lang.tgt}"))
+    trainer = Trainer(model, src, tgt, data, dev, cfg, ckpt_dir, fingerprint, name)
+    state = trainer.train()
+    trainer.load_best()
+    summary = {
+        "updates": state.step, "best_update": state.best_step, "best_dev_bleu": state.best_bleu,
+        "stopped": state.stopped, "train_pairs": len(data), "target_tokens_seen": state.target_tokens,
+        "train_seconds": round(state.seconds, 1),
+        "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
+        "padding_share": round(padding_share(data, make_batches(data, cfg.batch_tokens, cfg.seed, 0)), 4),
+        "bf16": trainer.bf16, "device": str(trainer.device), "threads": torch.get_num_threads(),
+    }
+    return state, summary
+
+
+def write_logs(state: State, plots: Path) -> None:
+    """The learning curves as CSV files that `dvc plots show` draws."""
+    plots.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(state.loss_log, columns=["step", "loss", "lr", "target_tokens_per_s"]).to_csv(
+        plots / "train_loss.csv", index=False)
+    pd.DataFrame(state.dev_log, columns=["step", "dev_bleu"]).to_csv(plots / "dev_bleu.csv", index=False)

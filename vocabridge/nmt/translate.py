@@ -1,0 +1,52 @@
+"""Batched translation with transformers' generation (beam or greedy), sorted by length for speed."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+from transformers import MarianMTModel
+
+from vocabridge.nmt.vocab import Vocab
+
+
+@torch.inference_mode()
+def translate(model: MarianMTModel, src: Vocab, tgt: Vocab, lines: list[str], *, beam: int = 5,
+              length_penalty: float = 1.0, batch_tokens: int = 4000, max_len_a: float = 1.5, max_len_b: int = 10,
+              bf16: bool = False, progress: bool = True) -> tuple[list[str], dict]:
+    """Translate `lines`; returns detokenised hypotheses in input order and speed figures."""
+    model.eval()
+    device = next(model.parameters()).device
+    ids = src.encode(lines)
+    limit = model.config.max_position_embeddings
+    ids = [x if len(x) <= limit else np.append(x[: limit - 1], 0) for x in ids]
+    order = np.argsort([-len(x) for x in ids], kind="stable")
+    out: list[list[int]] = [[] for _ in lines]
+    started = time.perf_counter()
+    bar = tqdm(total=len(lines), desc=f"translate (beam {beam})", unit="sent", disable=not progress)
+    pos = 0
+    while pos < len(order):
+        longest = len(ids[order[pos]])
+        size = max(1, batch_tokens // (longest * beam))
+        idx = order[pos : pos + size]
+        batch = np.full((len(idx), longest), src.pad_id, dtype=np.int64)
+        for row, i in enumerate(idx):
+            batch[row, : len(ids[i])] = ids[i]
+        input_ids = torch.from_numpy(batch).to(device)
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+        with autocast:
+            gen = model.generate(input_ids=input_ids, attention_mask=(input_ids != src.pad_id).long(),
+                                 num_beams=beam, length_penalty=length_penalty, do_sample=False,
+                                 max_new_tokens=min(limit, int(longest * max_len_a) + max_len_b))
+        for row, i in enumerate(idx):
+            out[i] = gen[row].tolist()
+        pos += len(idx)
+        bar.update(len(idx))
+    bar.close()
+    seconds = time.perf_counter() - started
+    hyps = [tgt.decode(x) for x in out]
+    lengths = [sum(1 for t in x if t > 1 and t != tgt.pad_id) for x in out]
+    return hyps, {"seconds": round(seconds, 3), "sentences_per_second": round(len(lines) / max(seconds, 1e-9), 2),
+                  "mean_output_tokens": round(float(np.mean(lengths)) if lengths else 0.0, 2)}

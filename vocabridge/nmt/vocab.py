@@ -1,0 +1,81 @@
+"""Marian vocabularies from SentencePiece models, and fast encoding that matches MarianTokenizer.
+
+OPUS-MT layout: `</s>` = 0, `<unk>` = 1, the pieces, `<pad>` last. Source and target vocabularies share one
+`pad_token_id` in a Marian config, so the shorter side is filled with `<unused_i>` entries up to the
+longer side's size (none when the sizes agree, as in every profile).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+EOS, UNK, PAD = "</s>", "<unk>", "<pad>"
+
+
+@dataclass
+class Vocab:
+    """One side's vocabulary: Marian token list plus the SentencePiece model that segments text."""
+
+    tokens: list[str]
+    sp: spm.SentencePieceProcessor
+    spm_bytes: bytes
+
+    @classmethod
+    def from_spm(cls, model: bytes | str | Path, size: int | None = None) -> Vocab:
+        blob = Path(model).read_bytes() if isinstance(model, (str, Path)) else model
+        sp = spm.SentencePieceProcessor(model_proto=blob)
+        pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
+                  if not (sp.is_control(i) or sp.is_unknown(i))]
+        tokens = [EOS, UNK, *pieces]
+        size = size or len(tokens) + 1
+        tokens += [f"<unused_{i}>" for i in range(size - 1 - len(tokens))] + [PAD]
+        return cls(tokens, sp, blob)
+
+    @classmethod
+    def from_files(cls, spm_file: Path, vocab_json: Path) -> Vocab:
+        mapping = json.loads(vocab_json.read_text(encoding="utf-8"))
+        tokens = [tok for tok, _ in sorted(mapping.items(), key=lambda kv: kv[1])]
+        blob = spm_file.read_bytes()
+        return cls(tokens, spm.SentencePieceProcessor(model_proto=blob), blob)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def pad_id(self) -> int:
+        return len(self.tokens) - 1
+
+    @property
+    def filler_ids(self) -> list[int]:
+        return [i for i, tok in enumerate(self.tokens) if tok.startswith("<unused_")]
+
+    def _spm_to_marian(self) -> np.ndarray:
+        if not hasattr(self, "_lookup"):
+            index = {tok: i for i, tok in enumerate(self.tokens)}
+            self._lookup = np.array([index.get(self.sp.id_to_piece(i), 1) for i in range(self.sp.get_piece_size())],
+                                    dtype=np.int64)
+        return self._lookup
+
+    def encode(self, lines: list[str]) -> list[np.ndarray]:
+        """Token ids with the final `</s>`, exactly as MarianTokenizer encodes (but batched in C++)."""
+        lookup = self._spm_to_marian()
+        return [np.append(lookup[np.asarray(ids, dtype=np.int64)], 0) for ids in self.sp.encode(lines)]
+
+    def decode(self, ids) -> str:
+        pieces = [self.tokens[i] for i in ids if i > 1 and i != self.pad_id and i < len(self.tokens)]
+        return self.sp.decode_pieces([p for p in pieces if not p.startswith("<unused_")])
+
+    def to_json(self) -> str:
+        return json.dumps({tok: i for i, tok in enumerate(self.tokens)}, ensure_ascii=False, indent=0)
+
+
+def pair_vocabs(src_spm: bytes | Path, tgt_spm: bytes | Path) -> tuple[Vocab, Vocab]:
+    """Source and target vocabularies of equal length (see the module docstring)."""
+    src, tgt = Vocab.from_spm(src_spm), Vocab.from_spm(tgt_spm)
+    size = max(len(src), len(tgt))
+    return Vocab.from_spm(src.spm_bytes, size), Vocab.from_spm(tgt.spm_bytes, size)
