@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +36,8 @@ class Stage:
 
     @property
     def tags(self) -> list[str]:
-        return [f"stage:{self.group}", *([f"method:{self.item}"] if self.item else []), *(["gpu"] if self.gpu else [])]
+        return ["dvc", f"stage:{self.group}", *([f"item:{self.item}"] if self.item else []),
+                *(["gpu"] if self.gpu else [])]
 
 
 @dataclass
@@ -105,7 +107,8 @@ def load_dag(workspace: Path) -> Dag:
     from dvc.repo import Repo
 
     try:
-        with Repo(str(workspace)) as repo:
+        with warnings.catch_warnings(), Repo(str(workspace)) as repo:
+            warnings.simplefilter("ignore", DeprecationWarning)  # DVC's own, from pygtrie
             graph = repo.index.graph  # edges point from a stage to the stages it depends on
             pipeline = [s for s in graph.nodes if getattr(s, "cmd", None)]  # skip `dvc add`ed data sources
             order = [s for s in reversed(list(nx.topological_sort(graph))) if s in pipeline]

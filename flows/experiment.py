@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from flows.dvc import dvc_env, dvc_ok, git
+from flows.dvcrun import dvc_env, dvc_ok, git
 from flows.errors import FlowError
 
 
@@ -79,10 +79,10 @@ def create(workspace: Path, name: str, profile: str | None, overrides: list[str]
     return exp
 
 
-def save(exp: Path, workspace: Path, name: str, reports: list[str]) -> str:
-    """Record the experiment (params, dvc.lock, metrics files) in the workspace's repository."""
+def save(exp: Path, name: str, stages: list[str], reports: list[str]) -> str:
+    """Record the experiment (params, dvc.lock, metrics files of `stages`) in the workspace's repository."""
     include = [arg for path in reports if (exp / path).exists() for arg in ("-I", path)]
-    dvc_ok(["exp", "save", "--force", "--name", name, *include], exp)
+    dvc_ok(["exp", "save", "--force", "--name", name, *include, *stages], exp)
     dvc_ok(["exp", "push", "--force", "--no-cache", "origin", name], exp)
     return name
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from flows.dag import Dag
-from flows.dvc import StageRun, dvc_ok
+from flows.dvcrun import StageRun, dvc_ok
 
 
 def flatten(data: object, prefix: str = "") -> dict[str, object]:

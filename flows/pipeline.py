@@ -1,0 +1,248 @@
+"""The vocabridge pipeline as a Prefect flow: one task per DVC stage of dvc.yaml, in dependency order.
+
+Prefect schedules, retries, limits concurrency (tasks that train or translate carry the `gpu` tag) and
+shows what happened; DVC decides what is up to date: every task is `dvc repro --single-item STAGE`.
+
+    python -m flows.pipeline                                  # the workspace's DAG, no server needed
+    python -m flows.pipeline -S spm.downstream.de.vocab_size=4000 --experiment vocab4k
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.deployments import run_deployment
+from prefect.futures import PrefectFuture, as_completed
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.tasks import exponential_backoff
+
+from flows import experiment
+from flows.dag import Dag, Stage, load_dag
+from flows.dvcrun import StageRun, dvc_ok, git, repro_stage
+from flows.errors import FlowError, StageError
+from flows.report import markdown, stages_table
+
+
+@task(name="dvc-stage", cache_policy=NO_CACHE, persist_result=False)
+def run_stage(stage: str, workspace: str, force: bool = False, lock_timeout: float = 600.0) -> StageRun:
+    """One stage through DVC in this workspace (Prefect caches nothing: DVC knows what is up to date)."""
+    logger = get_run_logger()
+    run = repro_stage(stage, Path(workspace), log=logger.info, force=force, lock_timeout=lock_timeout)
+    logger.info("%s: %s in %.1f s", stage, run.outcome, run.seconds)
+    return run
+
+
+@task(name="dvc-stage-elsewhere", cache_policy=NO_CACHE, persist_result=False)
+def run_stage_elsewhere(stage: str, workspace: str, upstream: list[str], deployment: str, git_url: str,
+                        remote_url: str, lock_timeout: float = 600.0) -> StageRun:
+    """One stage on a worker of another work pool, in its own clone; the data travels through a DVC remote.
+
+    The worker pulls the stage's inputs, runs it, and pushes its outputs and its run-cache entry; this
+    workspace then gets the outputs with `dvc repro --pull`, which restores them from the run cache.
+    """
+    logger = get_run_logger()
+    ws = Path(workspace)
+    if upstream:
+        dvc_ok(["push", *upstream], ws)  # the inputs the worker will pull
+    files = {name: (ws / name).read_text(encoding="utf-8") for name in ("params.yaml", "dvc.lock")
+             if (ws / name).is_file()}
+    rev = git(["rev-parse", "HEAD"], ws).strip()
+    remote_run = run_deployment(deployment, parameters={"stage": stage, "git_url": git_url, "rev": rev,
+                                                        "files": files, "remote_url": remote_url},
+                                flow_run_name=f"{stage}", timeout=None, poll_interval=2)
+    state = remote_run.state
+    if state is None or not state.is_completed():
+        message = state.message if state is not None and state.message else "no result"
+        raise StageError(f"stage '{stage}' failed on a worker ({deployment}): {message}")
+    run = repro_stage(stage, ws, log=logger.info, pull=True, lock_timeout=lock_timeout)
+    logger.info("%s: run by %s (flow run %s), %s here", stage, deployment, remote_run.name, run.outcome)
+    return run
+
+
+def options(stage: Stage, retry_delay: float) -> dict:
+    """Prefect settings of one stage's task: a name that says stage and method, tags, retries with back-off."""
+    return {"task_run_name": stage.name, "tags": stage.tags, "retries": stage.retries,
+            "retry_delay_seconds": exponential_backoff(backoff_factor=retry_delay) if stage.retries else 0,
+            "retry_jitter_factor": 0.2 if stage.retries else None}
+
+
+def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay: float, lock_timeout: float,
+            remote: dict | None = None) -> list[StageRun]:
+    """Submit each stage once its upstream stages succeeded, at most `jobs` at once; fail like `dvc repro -k`.
+
+    Branches that do not depend on a failed stage still run, so everything that can be cached is.
+    """
+    logger = get_run_logger()
+    pending = dict(dag.stages)
+    running: dict[str, PrefectFuture] = {}
+    done: dict[str, StageRun] = {}
+    failed: dict[str, str] = {}
+    not_run: list[str] = []
+    remote_names = set(dag.match(remote["stages"])) if remote and remote["stages"] else set()
+    while pending or running:
+        for name, stage in list(pending.items()):
+            upstream = [u for u in stage.upstream if u in dag.stages]
+            if any(u in failed or u in not_run for u in upstream):
+                not_run.append(name)
+                del pending[name]
+            elif all(u in done for u in upstream) and len(running) < jobs:
+                opts = options(stage, retry_delay)
+                if name in remote_names:
+                    assert remote is not None
+                    running[name] = run_stage_elsewhere.with_options(**opts).submit(
+                        name, str(workspace), upstream, remote["deployment"], remote["git_url"], remote["url"],
+                        lock_timeout)
+                else:
+                    running[name] = run_stage.with_options(**opts).submit(
+                        name, str(workspace), name in forced, lock_timeout)
+                del pending[name]
+        if not running:
+            break
+        future = next(as_completed(list(running.values())))
+        name = next(n for n, f in running.items() if f is future)
+        del running[name]
+        try:
+            done[name] = future.result()
+        except Exception as exc:  # the task's own error, after its retries
+            failed[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            logger.error("%s", failed[name])
+    runs = [done[n] for n in dag.order if n in done]
+    if failed:
+        first = next(n for n in dag.order if n in failed)
+        create_markdown_artifact(stages_table(runs, failed, not_run), key="vocabridge-stages",
+                                 description="stages of a failed run")
+        rest = f" ({len(failed) - 1} more failed; not run: {', '.join(not_run) or 'none'})" if len(failed) > 1 \
+            or not_run else ""
+        raise StageError(f"{failed[first]}{rest}")
+    return runs
+
+
+def remote_settings(workspace: Path, patterns: list[str] | None, deployment: str, git_url: str | None) -> dict | None:
+    """Scale-out: stages matching `patterns` go to `deployment`; data goes through the default DVC remote."""
+    if not patterns:
+        return None
+    name = dvc_ok(["config", "core.remote"], workspace).strip() if _has_default_remote(workspace) else ""
+    if not name:
+        raise FlowError("remote_stages needs a default DVC remote shared with the workers "
+                        "(dvc remote add -d NAME URL)")
+    url = dvc_ok(["config", f"remote.{name}.url"], workspace).strip()
+    if "://" not in url and not Path(url).is_absolute():
+        url = str((workspace / ".dvc" / url).resolve())  # DVC resolves relative remote paths from .dvc/
+    dirty = [ln for ln in git(["status", "--porcelain", "--untracked-files=no"], workspace).splitlines()
+             if ln[3:] not in ("dvc.lock", "params.yaml")]
+    if dirty:
+        raise FlowError(f"workers clone the committed code; commit first ({dirty[0][3:]} is modified)")
+    return {"stages": patterns, "deployment": deployment, "git_url": git_url or str(workspace), "url": url}
+
+
+def _has_default_remote(workspace: Path) -> bool:
+    try:
+        dvc_ok(["config", "core.remote"], workspace)
+    except FlowError:
+        return False
+    return True
+
+
+@flow(name="vocabridge", task_runner=ThreadPoolTaskRunner(max_workers=16))
+def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str] | None = None,
+             overrides: list[str] | None = None, targets: list[str] | None = None, force: bool = False,
+             experiment_name: str | None = None, jobs: int = 4, retry_delay: float = 10.0,
+             lock_timeout: float = 600.0, remote_stages: list[str] | None = None,
+             stage_deployment: str = "vocabridge-stage/gpu", git_url: str | None = None) -> str:
+    """Run the DAG of dvc.yaml (or the part that `targets` and `methods` select) and return the report table.
+
+    With a `profile` other than the workspace's or with `overrides` (`key=value`, as `dvc exp run -S`), the
+    run is a DVC experiment in its own clone: the workspace's params.yaml and outputs stay as they were.
+    """
+    logger = get_run_logger()
+    ws = Path(workspace).resolve()
+    if not (ws / "dvc.yaml").is_file():
+        raise FlowError(f"{ws}: no dvc.yaml (workspace must be the project's root)")
+    overrides = list(overrides or [])
+    is_experiment = bool(overrides) or bool(profile and profile != experiment.current_profile(ws))
+    run_ws = ws
+    name = experiment.experiment_name(experiment_name or f"flow-{flow_run.name or int(time.time())}")
+    if is_experiment:
+        run_ws = experiment.create(ws, name, profile, overrides)
+        logger.info("experiment %s in %s: profile=%s overrides=%s", name, run_ws, profile, overrides)
+    try:
+        dag = load_dag(run_ws).select(targets, methods)
+        remote = remote_settings(run_ws, remote_stages, stage_deployment, git_url)
+        if remote and is_experiment:
+            raise FlowError("remote_stages with overrides or a profile is not supported yet; run the "
+                            "experiment in one workspace")
+        logger.info("stages (from dvc.yaml): %s", ", ".join(dag.order))
+        forced = set(dag.match(targets) if targets else dag.order) if force else set()
+        runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote)
+        title = f"vocabridge experiment {name}" if is_experiment else "vocabridge"
+        table = markdown(dag, run_ws, runs, title)
+        if is_experiment:
+            experiment.save(run_ws, name, dag.order, [p for s in dag.stages.values() for p in s.reports])
+            logger.info("saved as DVC experiment %s (dvc exp show)", name)
+    finally:
+        if is_experiment:
+            experiment.remove(run_ws)
+    create_markdown_artifact(table, key="vocabridge-report", description=f"vocabridge report ({name})")
+    return table
+
+
+@flow(name="vocabridge-sweep")
+def sweep(key: str, values: list[str], workspace: str = ".", profile: str | None = None,
+          methods: list[str] | None = None, overrides: list[str] | None = None, targets: list[str] | None = None,
+          jobs: int = 4) -> list[str]:
+    """An ablation: one DVC experiment per value of one param key (e.g. k of va-llm in 1, 5, 10, 20).
+
+    The experiments run one after another: they share the DVC cache, and what does not depend on the key
+    is restored from DVC's run cache instead of being computed again.
+    """
+    if not values:
+        raise FlowError("sweep: no values given")
+    tables = []
+    for value in values:
+        short = key.rsplit(".", 1)[-1]
+        tables.append(pipeline.with_options(flow_run_name=f"{short}={value}")(
+            workspace=workspace, profile=profile, methods=methods,
+            overrides=[*(overrides or []), f"{key}={value}"], targets=targets,
+            experiment_name=f"{short}-{value}", jobs=jobs))
+    return tables
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", default=".")
+    parser.add_argument("--profile", help="run with profiles/PROFILE.yaml applied, as an experiment")
+    parser.add_argument("--methods", nargs="+", help="only these methods (items of the foreach groups)")
+    parser.add_argument("-S", "--set-param", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="param override, as in `dvc exp run -S`; makes the run an experiment")
+    parser.add_argument("--targets", nargs="+", help="stages (shell patterns) to run, with their upstream")
+    parser.add_argument("--force", action="store_true", help="rerun the target stages even if up to date")
+    parser.add_argument("--experiment", dest="experiment_name")
+    parser.add_argument("--jobs", type=int, default=4, help="stages at once (DVC locks per output)")
+    parser.add_argument("--sweep", nargs="+", metavar=("KEY", "VALUE"), help="KEY V1 V2 ...: one experiment each")
+    args = vars(parser.parse_args(argv))
+    swept = args.pop("sweep")
+    try:
+        if swept:
+            if len(swept) < 2:
+                raise FlowError("--sweep needs a key and at least one value")
+            for table in sweep(key=swept[0], values=swept[1:], workspace=args["workspace"],
+                               profile=args["profile"], methods=args["methods"], overrides=args["overrides"],
+                               targets=args["targets"], jobs=args["jobs"]):
+                print(table)
+        else:
+            print(pipeline(**args))
+    except FlowError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Helpers for the flow tests: a quiet Prefect home, project copies with flows/, a real Prefect server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import ROOT, project_env
+
+PREFECT_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    "PREFECT_LOGGING_LEVEL": "INFO",
+}
+
+
+def quiet_prefect_home() -> Path:
+    """Point this process's Prefect at a fresh home (its SQLite database) before prefect is imported."""
+    home = Path(tempfile.mkdtemp(prefix="vocabridge-prefect-"))
+    os.environ.update(PREFECT_ENV, PREFECT_HOME=str(home))
+    os.environ.pop("PREFECT_API_URL", None)
+    return home
+
+
+def prefect_env(home: Path, api_url: str | None = None) -> dict[str, str]:
+    env = project_env() | PREFECT_ENV | {"PREFECT_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
+
+
+def add_flows(project: Path) -> Path:
+    """Put this checkout's flows/ and prefect.yaml into a project copy and commit them (workers clone it)."""
+    shutil.copytree(ROOT / "flows", project / "flows", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "prefect.yaml", project / "prefect.yaml")
+    for cmd in (["git", "add", "flows", "prefect.yaml"], ["git", "commit", "-qm", "flows"]):
+        subprocess.run(cmd, cwd=project, check=True, env=project_env())
+    return project
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """A background process in its own process group, its output in `log`."""
+    handle = open(log, "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a process started by `start` and its children (its own process group only)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prefect server exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"prefect server not healthy after {timeout} s: {log.read_text()[-2000:]}")
+
+
+def prefect_cli(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "prefect", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def stage_table(markdown: str) -> dict[str, str]:
+    """{stage: outcome} from the flow's Markdown result."""
+    part = markdown.split("### Stages", 1)[1]
+    rows = [ln.strip("|").split("|") for ln in part.splitlines() if ln.startswith("| ") and "---" not in ln]
+    return {cells[0].strip(): cells[1].strip() for cells in rows[1:]}
+
+
+def api_filter(client, path: str, body: dict) -> list[dict]:
+    """POST a filter to the Prefect REST API with no null fields (prefect 3.8.8's client sends nulls that the
+    server rejects under fastapi >= 0.151, e.g. in read_latest_artifacts)."""
+    response = client._client.post(path, json=body)
+    response.raise_for_status()
+    return response.json()

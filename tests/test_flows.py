@@ -1,0 +1,288 @@
+"""The Prefect flows on real DVC workspaces (tiny profile) and a real Prefect server.
+
+In-process flows use Prefect's ephemeral mode (a temporary local server, as on a laptop); the deployment
+test starts `prefect server start` on 127.0.0.1, process work pools and workers, and stops them after.
+"""
+
+from tests.flows_helpers import quiet_prefect_home
+
+PREFECT_HOME = quiet_prefect_home()  # before prefect is imported
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+
+from flows.dag import load_dag  # noqa: E402
+from flows.errors import FlowError, StageError  # noqa: E402
+from flows.pipeline import pipeline, sweep  # noqa: E402
+from tests.conftest import copy_project, run  # noqa: E402
+from tests.flows_helpers import (  # noqa: E402
+    add_flows,
+    api_filter,
+    free_port,
+    prefect_cli,
+    prefect_env,
+    stage_table,
+    start,
+    stop,
+    wait_healthy,
+)
+
+pytestmark = pytest.mark.e2e
+FIRST = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch"]
+
+
+def task_runs(state) -> dict:
+    """The task runs of a finished flow run, by name, as the Prefect server recorded them."""
+    from datetime import datetime
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        runs = api_filter(client, "/task_runs/filter", {"flow_runs": {"id": {"any_": [
+            str(state.state_details.flow_run_id)]}}, "limit": 100, "sort": "EXPECTED_START_TIME_ASC"})
+    for r in runs:
+        r["start"], r["end"] = datetime.fromisoformat(r["start_time"]), datetime.fromisoformat(r["end_time"])
+    return {r["name"]: r for r in runs}
+
+
+def outputs(project: Path) -> dict[str, float]:
+    return {str(p.relative_to(project)): p.stat().st_mtime for p in sorted((project / "data").rglob("*"))
+            if p.is_file() and "downloads" not in p.parts}
+
+
+# The stage graph.
+
+def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
+    project = copy_project(tmp_path / "project", profile="tiny")
+    dot = run(["dvc", "dag", "--dot"], project).stdout
+    edges = {tuple(part.strip().strip('";').split('" -> "')) for part in dot.splitlines() if "->" in part}
+    dag = load_dag(project)
+    assert {(up, name) for name, s in dag.stages.items() for up in s.upstream} == edges
+    assert set(FIRST) <= set(dag.order)
+    for name, stage in dag.stages.items():  # topological
+        assert all(dag.order.index(up) < dag.order.index(name) for up in stage.upstream)
+
+    spec = yaml.safe_load((project / "dvc.yaml").read_text())
+    spec["stages"]["toytrain"] = {"foreach": ["alpha", "beta"], "do": {
+        "cmd": "python -c 'print(1)' > data/toy-${item}.txt", "deps": ["data/reports/mismatch.json"],
+        "outs": ["data/toy-${item}.txt"]}}
+    spec["stages"]["toyreport"] = {"cmd": "cat data/toy-alpha.txt data/toy-beta.txt > data/toy.txt",
+                                   "deps": ["data/toy-alpha.txt", "data/toy-beta.txt"], "outs": ["data/toy.txt"],
+                                   "meta": {"prefect": {"gpu": True, "retries": 2}}}
+    (project / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    dag = load_dag(project)
+    assert dag.stages["toytrain@alpha"].upstream == ("mismatch",)
+    assert dag.stages["toyreport"].upstream == ("toytrain@alpha", "toytrain@beta")
+    assert "gpu" in dag.stages["toyreport"].tags and dag.stages["toyreport"].retries == 2
+    assert "item:alpha" in dag.stages["toytrain@alpha"].tags and "gpu" not in dag.stages["toytrain@alpha"].tags
+    only_beta = dag.select(targets=["toyreport", "toytrain@*"], methods=["beta"])
+    assert "toytrain@beta" in only_beta.order and "toytrain@alpha" not in only_beta.order
+    assert "toyreport" not in only_beta.order  # it needs the dropped method
+    assert "prepare@upstream" in only_beta.order  # other foreach groups are not methods
+    with pytest.raises(FlowError, match="unknown method 'gamma'"):
+        dag.select(methods=["gamma"])
+    with pytest.raises(FlowError, match="no stage in dvc.yaml matches 'nosuch'"):
+        dag.select(targets=["nosuch"])
+
+
+# The flow on a tiny-profile workspace (Prefect's ephemeral mode).
+
+@pytest.fixture(scope="module")
+def flow_run(tmp_path_factory):
+    project = copy_project(tmp_path_factory.mktemp("flow") / "project", profile="tiny")
+    state = pipeline(workspace=str(project), targets=["mismatch"], return_state=True)
+    assert state.is_completed(), state.message
+    return project, state.result(), task_runs(state)
+
+
+def test_flow_runs_every_stage_through_dvc_in_dependency_order(flow_run):
+    project, table, tasks = flow_run
+    assert stage_table(table) == {name: "ran" for name in FIRST}
+    assert run(["dvc", "status", "mismatch"], project).stdout.strip() == "Data and pipelines are up to date."
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    assert set(FIRST) <= set(lock)
+    report = json.loads((project / "data/reports/mismatch.json").read_text())
+    assert f"| data/reports/mismatch.json | de.fertility.new | {report['de']['fertility']['new']} |" in table
+    assert set(tasks) == set(FIRST) and all(t["state_type"] == "COMPLETED" for t in tasks.values())
+    for name, stage in load_dag(project).select(targets=["mismatch"]).stages.items():
+        assert "stage:" + name.split("@")[0] in tasks[name]["tags"]
+        for up in stage.upstream:
+            assert tasks[up]["end"] <= tasks[name]["start"], (up, name)
+    up, down = tasks["prepare@upstream"], tasks["prepare@downstream"]
+    assert up["start"] < down["end"] and down["start"] < up["end"]  # independent stages overlap
+
+
+def test_flow_result_is_published_as_markdown_artifact(flow_run):
+    from prefect.client.orchestration import get_client
+
+    _, table, _ = flow_run
+    with get_client(sync_client=True) as client:
+        found = api_filter(client, "/artifacts/filter", {"artifacts": {"key": {"any_": ["vocabridge-report"]}},
+                                                          "sort": "CREATED_DESC", "limit": 5})
+    assert found and found[0]["type"] == "markdown" and found[0]["data"] == table
+
+
+def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_run):
+    project, _, _ = flow_run
+    before, lock = outputs(project), (project / "dvc.lock").read_text()
+    table = pipeline(workspace=str(project), targets=["mismatch"])
+    assert stage_table(table) == {name: "up-to-date" for name in FIRST}
+    assert outputs(project) == before and (project / "dvc.lock").read_text() == lock
+
+
+def test_overrides_run_as_experiments_and_leave_the_workspace_alone(flow_run):
+    project, _, _ = flow_run
+    assert run(["git", "add", "-A"], project).returncode == 0
+    assert run(["git", "commit", "-qm", "tiny run"], project).returncode == 0
+    params, lock, before = (project / "params.yaml").read_text(), (project / "dvc.lock").read_text(), outputs(project)
+    tables = sweep(key="spm.downstream.de.vocab_size", values=["900", "1000"], workspace=str(project),
+                   targets=["mismatch"])
+    assert stage_table(tables[0])["spm@downstream"] == "ran" and stage_table(tables[0])["mismatch"] == "ran"
+    assert stage_table(tables[0])["spm@upstream"] == "restored"  # from DVC's run cache, not rerun
+    assert set(stage_table(tables[1]).values()) == {"restored"}  # 1000 is the workspace's own value
+    assert "| de.vocab_size.new | 900 |" in tables[0]
+    assert (project / "params.yaml").read_text() == params and (project / "dvc.lock").read_text() == lock
+    assert outputs(project) == before
+    assert not list((project / ".dvc/tmp/flows").iterdir())
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], project).stdout)
+    exps = {e["name"]: e for commit in shown for e in (commit.get("experiments") or [])}
+    assert set(exps) == {"vocab_size-900", "vocab_size-1000"}
+    data = exps["vocab_size-900"]["revs"][0]["data"]
+    assert data["params"]["params.yaml"]["data"]["spm"]["downstream"]["de"]["vocab_size"] == 900
+    assert data["metrics"]["data/reports/mismatch.json"]["data"]["de"]["vocab_size"]["new"] == 900
+    with pytest.raises(FlowError, match="override 'spm.nosuchkey=3'"):
+        pipeline(workspace=str(project), overrides=["spm.nosuchkey=3"], targets=["mismatch"])
+
+
+def test_two_flows_at_once_on_one_workspace(flow_run, tmp_path):
+    """Both force spm@downstream: DVC's lock makes one wait for the other; data and cache stay consistent."""
+    project, _, _ = flow_run
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    procs = []
+    for i in range(2):
+        env = prefect_env(tmp_path / f"home{i}")
+        cmd = [sys.executable, "-m", "flows.pipeline", "--workspace", str(project), "--targets", "spm@downstream",
+               "--force"]
+        procs.append(subprocess.Popen(cmd, cwd=Path(__file__).parents[1], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+        time.sleep(1)
+    logs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    assert any("waiting" in log for log in logs), "neither flow met the other's lock"
+    assert all(stage_table(log)["spm@downstream"] == "ran" for log in logs)
+    assert run(["dvc", "status", "mismatch"], project).stdout.strip() == "Data and pipelines are up to date."
+    after = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    assert after["spm@downstream"]["outs"] == lock["spm@downstream"]["outs"]  # same bytes as before
+    proc = run(["dvc", "checkout", "--relink", "--with-deps", "mismatch"], project)
+    assert proc.returncode == 0, proc.stderr
+
+
+# Reliability: toy stages appended to a test copy's dvc.yaml (tmp only), run by the real flow and DVC.
+
+FLAKY = """import pathlib, sys
+count = pathlib.Path("data/attempts-" + sys.argv[1])
+count.parent.mkdir(exist_ok=True)
+n = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(n))
+if sys.argv[1] == "broken" or n == 1:
+    sys.exit(f"error: simulated {'permanent' if sys.argv[1] == 'broken' else 'transient'} failure ({n})")
+pathlib.Path(f"data/{sys.argv[1]}.txt").write_text(f"{sys.argv[1]}\\n")
+"""
+
+
+@pytest.fixture
+def toy_project(tmp_path):
+    project = copy_project(tmp_path / "project", profile=None)
+    (project / "flaky.py").write_text(FLAKY)
+    spec = yaml.safe_load((project / "dvc.yaml").read_text())
+    for name, deps, retries in (("flaky", [], 2), ("sibling", [], 0), ("broken", ["data/sibling.txt"], 1),
+                                ("after", ["data/broken.txt"], 0)):
+        spec["stages"][name] = {"cmd": f"python flaky.py {name}", "deps": ["flaky.py", *deps],
+                                "outs": [f"data/{name}.txt"], "meta": {"prefect": {"retries": retries}}}
+    spec["stages"]["sibling"]["cmd"] = "python -c \"open('data/sibling.txt', 'w').write('ok')\""
+    (project / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return project
+
+
+def test_a_transient_failure_is_retried_and_the_flow_completes(toy_project):
+    table = pipeline(workspace=str(toy_project), targets=["flaky"], retry_delay=0.2)
+    assert stage_table(table) == {"flaky": "ran"}
+    assert (toy_project / "data/attempts-flaky").read_text() == "2"
+    assert run(["dvc", "status", "flaky"], toy_project).stdout.strip() == "Data and pipelines are up to date."
+
+
+def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_succeeded(toy_project):
+    state = pipeline(workspace=str(toy_project), targets=["after", "flaky"], retry_delay=0.2, return_state=True)
+    assert state.is_failed()
+    with pytest.raises(StageError) as err:
+        state.result()
+    assert str(err.value).startswith("stage 'broken' failed: error: simulated permanent failure (2)")
+    assert "not run: after" in str(err.value) and "\n" not in str(err.value)
+    assert (toy_project / "data/attempts-broken").read_text() == "2"  # retried once
+    assert not (toy_project / "data/attempts-after").exists()
+    for ok in ("sibling", "flaky"):  # succeeded in the failed run: in dvc.lock and DVC's cache
+        assert run(["dvc", "status", ok], toy_project).stdout.strip() == "Data and pipelines are up to date."
+    (toy_project / "data/sibling.txt").unlink()
+    assert run(["dvc", "checkout", "sibling"], toy_project).returncode == 0
+    assert (toy_project / "data/sibling.txt").read_text() == "ok"
+
+
+# Deployments on a real Prefect server, with the spm stages scaled out to a second work pool.
+
+def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_path):
+    """`prefect deploy` from prefect.yaml; the `full` deployment runs on a cpu pool and sends spm@* to the
+    `gpu` pool, whose worker runs each in its own clone with data through a local-folder DVC remote."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    project = add_flows(copy_project(tmp_path / "project", profile="tiny"))
+    store = tmp_path / "store"
+    store.mkdir()
+    assert run(["dvc", "remote", "add", "--local", "-d", "shared", str(store)], project).returncode == 0
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = prefect_env(tmp_path / "prefect", api)
+    procs = []
+    try:
+        server_log = tmp_path / "server.log"
+        procs.append(start([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                            str(port)], project, prefect_env(tmp_path / "prefect"), server_log))
+        wait_healthy(api, procs[0], server_log)
+        for pool in ("vocabridge-cpu", "vocabridge-gpu"):
+            proc = prefect_cli(["work-pool", "create", pool, "--type", "process"], project, env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        # `prefect --no-prompt deploy --all` once fastapi < 0.151 is pinned (see flows/deploy.py)
+        proc = subprocess.run([sys.executable, "-m", "flows.deploy"], cwd=project, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        for pool in ("vocabridge-cpu", "vocabridge-gpu"):
+            procs.append(start([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type",
+                                "process"], project, env, tmp_path / f"{pool}.log"))
+        params = {"targets": ["mismatch"], "remote_stages": ["spm@*"]}
+        proc = prefect_cli(["deployment", "run", "vocabridge/full", "--params", json.dumps(params), "--watch",
+                            "--watch-interval", "2", "--watch-timeout", "300"], project, env, timeout=330)
+        logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
+        assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+        with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+            report = api_filter(client, "/artifacts/filter", {"artifacts": {"key": {"any_": ["vocabridge-report"]}},
+                                                              "sort": "CREATED_DESC", "limit": 1})[0]["data"]
+            stage_runs = api_filter(client, "/flow_runs/filter", {"flows": {"name": {"any_": ["vocabridge-stage"]}},
+                                                                  "limit": 10})
+            deployments = {d["name"] for d in api_filter(client, "/deployments/filter", {"limit": 20})}
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+    assert deployments == {"full", "one-method", "ablation", "gpu"}
+    assert sorted(r["name"] for r in stage_runs) == ["spm@downstream", "spm@upstream"]
+    assert all(r["state_type"] == "COMPLETED" for r in stage_runs)
+    outcomes = stage_table(report)
+    assert outcomes["spm@upstream"] == outcomes["spm@downstream"] == "restored"  # run by the gpu worker
+    assert outcomes["prepare@upstream"] == outcomes["mismatch"] == "ran"
+    assert run(["dvc", "status", "mismatch"], project).stdout.strip() == "Data and pipelines are up to date."
+    assert list((store / "runs").rglob("*")), "the worker pushed no run-cache entry"
