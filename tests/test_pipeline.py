@@ -12,6 +12,7 @@ from vocabridge.config import LANGS
 from vocabridge.fileio import sha256_file
 
 pytestmark = pytest.mark.e2e
+METHODS = ["out-domain", "in-domain", "ft-srcv"]
 
 
 def lines(path: Path) -> list[str]:
@@ -43,6 +44,34 @@ def test_no_dev_or_test_verse_reaches_training_text(tiny_project):
         assert not training & held
 
 
+STAGES = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain",
+          *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate") for m in METHODS], "report"]
+
+
+def test_report_has_every_baseline_with_significance(tiny_project):
+    import pandas as pd
+
+    table = pd.read_csv(tiny_project / "data/reports/results/report.csv")
+    ours = table[table["source"] == "vocabridge"].set_index("method")
+    assert list(ours.index) == METHODS
+    assert ours.loc["ft-srcv", "delta_bleu"] == 0 and pd.isna(ours.loc["ft-srcv", "p_value"])
+    assert ours.loc[["out-domain", "in-domain"], "p_value"].between(0, 1).all()
+    assert (table["source"] != "vocabridge").any()  # the published rows stand beside ours
+    assert (tiny_project / "data/reports/results/bleu.png").stat().st_size > 1000
+    for method in METHODS:
+        metrics = json.loads((tiny_project / f"data/eval/{method}/metrics.json").read_text())
+        assert metrics["bleu_signature"].startswith("nrefs:1|case:mixed") and metrics["sentences_per_second"] > 0
+        hyps = (tiny_project / f"data/eval/{method}/hyp.txt").read_text().split("\n")[:-1]
+        assert len(hyps) == metrics["test_sentences"]
+    from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
+
+    model_dir = tiny_project / "data/models/pretrained"
+    AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+    MarianTokenizer.from_pretrained(model_dir)
+    curve = pd.read_csv(tiny_project / "data/plots/pretrain/dev_bleu.csv")
+    assert list(curve["step"])[0] == 0 and len(curve) >= 2
+
+
 def test_mismatch_report_and_models(tiny_project):
     report = json.loads((tiny_project / "data/reports/mismatch.json").read_text())
     for code in LANGS:
@@ -58,8 +87,9 @@ def test_up_to_date_workspace_runs_nothing_and_forced_reruns_are_byte_identical(
     before = (tiny_project / "dvc.lock").read_text()
     proc = run(["dvc", "repro", "--force"], tiny_project)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("Running stage") == 5
-    assert (tiny_project / "dvc.lock").read_text() == before  # every output hashes as before
+    assert proc.stdout.count("Running stage") == len(STAGES)
+    # every output hashes as before: corpora, tokenizers, trained models, hypotheses, metrics
+    assert (tiny_project / "dvc.lock").read_text() == before
 
 
 def test_overriding_one_param_reruns_only_what_depends_on_it(tiny_project):
@@ -68,7 +98,8 @@ def test_overriding_one_param_reruns_only_what_depends_on_it(tiny_project):
     proc = run(["dvc", "exp", "run", "-S", "spm.downstream.de.vocab_size=900"], tiny_project)
     assert proc.returncode == 0, proc.stderr[-2000:]
     ran = sorted(line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage"))
-    assert ran == ["mismatch", "spm@downstream"]
+    assert ran == ["evaluate@in-domain", "finetune@in-domain", "mismatch", "report", "spm@downstream",
+                   "transfer@in-domain"]  # the methods that keep the upstream vocabulary are untouched
     report = json.loads((tiny_project / "data/reports/mismatch.json").read_text())
     assert report["de"]["vocab_size"]["new"] <= 900
 
@@ -135,3 +166,38 @@ def test_misaligned_user_files(tmp_path):
 
     proc, leftovers = stage_in_copy(tmp_path, edit, args=("downstream",))
     assert_clean_failure(proc, leftovers, r"mine.en:3: aligned files differ in length")
+
+
+def test_killed_pretraining_resumes_from_its_last_checkpoint(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    project = copy_project(tmp_path / "project", profile="tiny")
+    proc = run(["dvc", "repro", "spm@upstream"], project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["pretrain"]["train"].update(max_updates=120, checkpoint_every=10, eval_every=1000)
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    state = project / "data/checkpoints/pretrain/last/state.json"
+    child = subprocess.Popen(["python", "-m", "stages.pretrain"], cwd=project, env=project_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and child.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["state"]["step"] >= 30:
+            break
+        time.sleep(0.2)
+    assert child.poll() is None, "training ended before it could be killed"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    killed_at = json.loads(state.read_text())["state"]["step"]
+    assert not (project / "data/models/pretrained").exists()
+    assert not [p for p in (project / "data/models").glob(".*")] if (project / "data/models").exists() else True
+    proc = run(["python", "-m", "stages.pretrain"], project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"resuming from the checkpoint at update {killed_at}" in proc.stderr
+    metrics = json.loads((project / "data/metrics/pretrain.json").read_text())
+    assert metrics["updates"] == 120
+    from vocabridge.nmt.model import load_model
+
+    load_model(project / "data/models/pretrained")

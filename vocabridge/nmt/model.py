@@ -34,17 +34,7 @@ def build_model(arch, src: Vocab, tgt: Vocab, seed: int) -> MarianMTModel:
         pad_token_id=tgt.pad_id, eos_token_id=0, decoder_start_token_id=tgt.pad_id, forced_eos_token_id=0,
     )
     torch.manual_seed(seed)
-    model = MarianMTModel(config)
-    mask_fillers(model, tgt)
-    return model
-
-
-def mask_fillers(model: MarianMTModel, tgt: Vocab) -> None:
-    """Filler entries of the target vocabulary can never be generated."""
-    with torch.no_grad():
-        model.final_logits_bias.zero_()
-        for i in tgt.filler_ids:
-            model.final_logits_bias[0, i] = -1e4
+    return MarianMTModel(config)
 
 
 def save_model(model: MarianMTModel, src: Vocab, tgt: Vocab, out: Path, generation: dict | None = None) -> None:
@@ -52,7 +42,7 @@ def save_model(model: MarianMTModel, src: Vocab, tgt: Vocab, out: Path, generati
     out.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(
         decoder_start_token_id=tgt.pad_id, pad_token_id=tgt.pad_id, eos_token_id=0, forced_eos_token_id=0,
-        bad_words_ids=[[tgt.pad_id]], **(generation or {}))
+        bad_words_ids=[[i] for i in [tgt.pad_id, *tgt.filler_ids]], **(generation or {}))
     model.save_pretrained(out, safe_serialization=True)
     (out / "source.spm").write_bytes(src.spm_bytes)
     (out / "target.spm").write_bytes(tgt.spm_bytes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -148,6 +149,9 @@ class Trainer:
         cfg, st = self.cfg, self.state
         resumed = self._resume()
         st = self.state
+        if resumed:
+            tqdm.write(f"{self.name}: resuming from the checkpoint at update {st.step} ({self.ckpt_dir / 'last'})",
+                       file=sys.stderr)
         self._last_saved = st.step
         self.model.train()
         if not resumed:

@@ -1,0 +1,160 @@
+"""The NMT core on tiny hand-made data: vocabularies, batching, training, checkpoints, translation."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
+
+from vocabridge.config import Arch, SpmModel, Training
+from vocabridge.errors import InputError
+from vocabridge.nmt.data import Parallel, make_batches, padding_share
+from vocabridge.nmt.model import build_model, load_model, save_model
+from vocabridge.nmt.train import Trainer, TrainingError
+from vocabridge.nmt.translate import translate
+from vocabridge.nmt.vocab import pair_vocabs
+from vocabridge.tokenizers import train_spm
+
+DE = [f"das haus nummer {i} ist {'groß' if i % 2 else 'klein'} und alt" for i in range(300)]
+EN = [f"the house number {i} is {'big' if i % 2 else 'small'} and old" for i in range(300)]
+ARCH = Arch(d_model=32, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=64, max_positions=64)
+TRAIN = Training(max_updates=12, batch_tokens=400, lr=3e-3, warmup=4, eval_every=6, dev_sentences=10,
+                 checkpoint_every=4, log_every=2, patience=0, threads=1, bf16=False)
+
+
+@pytest.fixture(scope="module")
+def vocabs():
+    cfg = SpmModel(vocab_size=120, hard_vocab_limit=False)
+    src, tgt = pair_vocabs(train_spm(DE, cfg, 1, 1, "de"), train_spm(EN, replace(cfg, vocab_size=100), 1, 1, "en"))
+    return src, tgt
+
+
+@pytest.fixture(scope="module")
+def data(vocabs):
+    return Parallel.encode(DE, EN, *vocabs, max_len=64)
+
+
+def test_vocab_layout_and_encoding_match_marian_tokenizer(tmp_path, vocabs):
+    src, tgt = vocabs
+    assert len(src) == len(tgt)  # filled to one length so that both sides share pad_token_id
+    assert src.tokens[:2] == ["</s>", "<unk>"] and src.tokens[-1] == tgt.tokens[-1] == "<pad>"
+    assert tgt.filler_ids and tgt.tokens[tgt.filler_ids[0]].startswith("<unused_")
+    model = build_model(ARCH, src, tgt, seed=1)
+    save_model(model, src, tgt, tmp_path / "m")
+    tok = MarianTokenizer.from_pretrained(tmp_path / "m")
+    assert tok(DE[:20])["input_ids"] == [list(x) for x in src.encode(DE[:20])]
+    assert tok(text_target=EN[:20])["input_ids"] == [list(x) for x in tgt.encode(EN[:20])]
+    assert tgt.decode(tgt.encode(EN[:1])[0]) == EN[0]
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "m")
+    assert reloaded.get_output_embeddings().weight.data_ptr() == reloaded.model.decoder.embed_tokens.weight.data_ptr()
+    assert reloaded.model.encoder.embed_tokens.weight.shape[0] == len(src)
+
+
+def test_model_directories_load_from_safetensors_only(tmp_path, vocabs):
+    model = build_model(ARCH, *vocabs, seed=1)
+    save_model(model, *vocabs, tmp_path / "m")
+    (tmp_path / "m" / "model.safetensors").rename(tmp_path / "m" / "pytorch_model.bin")
+    with pytest.raises(InputError, match="only pytorch_model.bin"):
+        load_model(tmp_path / "m")
+    with pytest.raises(InputError, match="no such model directory"):
+        load_model(tmp_path / "nothing")
+
+
+def test_no_pickle_loading_anywhere_in_the_code():
+    root = Path(__file__).resolve().parents[1]
+    for path in [*root.glob("vocabridge/**/*.py"), *root.glob("stages/*.py")]:
+        text = path.read_text()
+        for call in ("torch.load(", "import pickle", "pickle.load", "use_safetensors=False", "weights_only=False"):
+            assert call not in text, (path, call)
+
+
+def test_token_batches_respect_the_budget_and_pad_little(data):
+    batches = make_batches(data, 400, seed=1, epoch=0)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(data)))
+    for idx in batches:
+        longest = max(max(len(data.src[i]), len(data.tgt[i])) for i in idx)
+        assert longest * len(idx) <= 400 or len(idx) == 1
+    rng = np.random.default_rng(0)
+    random_batches = np.array_split(rng.permutation(len(data)), len(batches))
+    assert padding_share(data, batches) < padding_share(data, random_batches)
+    again = make_batches(data, 400, seed=1, epoch=0)
+    assert all((a == b).all() for a, b in zip(batches, again, strict=True))
+    other = make_batches(data, 400, seed=1, epoch=1)
+    assert [a.tolist() for a in batches] != [b.tolist() for b in other]
+
+
+def trained(tmp_path, vocabs, data, cfg=TRAIN, name="run"):
+    torch.set_num_threads(1)
+    model = build_model(ARCH, *vocabs, seed=1)
+    trainer = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), cfg, tmp_path / name, {"cfg": name}, name)
+    return model, trainer, trainer.train()
+
+
+def test_training_learns_and_is_deterministic(tmp_path, vocabs, data):
+    _, _, a = trained(tmp_path, vocabs, data, name="a")
+    _, _, b = trained(tmp_path, vocabs, data, name="b")
+    def curve(state):
+        return [(r["step"], r["loss"], r["lr"]) for r in state.loss_log]
+
+    assert curve(a) == curve(b) and a.dev_log == b.dev_log
+    assert a.loss_log[-1]["loss"] < a.loss_log[0]["loss"]
+    assert [r["step"] for r in a.dev_log] == [0, 6, 12]
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashingTrainer(Trainer):
+    """Dies in the middle of update 10, after the checkpoint at update 8 (checkpoint_every=4)."""
+
+    def _step(self, batch):
+        if self.state.step == 9:
+            raise Crash()
+        return super()._step(batch)
+
+
+def test_resume_continues_exactly_where_the_checkpoint_left_off(tmp_path, vocabs, data):
+    full_model, _, full = trained(tmp_path, vocabs, data, name="full")
+    torch.set_num_threads(1)
+    crashing = CrashingTrainer(build_model(ARCH, *vocabs, seed=1), *vocabs, data, (DE[:10], EN[:10]), TRAIN,
+                               tmp_path / "crash", {"cfg": "x"}, "crash")
+    with pytest.raises(Crash):
+        crashing.train()
+    assert json.loads((tmp_path / "crash" / "last" / "state.json").read_text())["state"]["step"] == 8
+    model = build_model(ARCH, *vocabs, seed=99)  # a different init: everything must come from the checkpoint
+    trainer = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), TRAIN, tmp_path / "crash", {"cfg": "x"}, "again")
+    resumed = trainer.train()
+    assert resumed.step == 12
+    assert [r["loss"] for r in resumed.loss_log] == [r["loss"] for r in full.loss_log]
+    assert resumed.dev_log == full.dev_log
+    for (name, p), q in zip(full_model.state_dict().items(), model.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    other = Trainer(build_model(ARCH, *vocabs, seed=1), *vocabs, data, (DE[:10], EN[:10]), TRAIN,
+                    tmp_path / "crash", {"cfg": "changed"}, "changed")
+    assert not other._resume()  # another configuration never resumes a foreign checkpoint
+
+
+def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path, vocabs, data):
+    cfg = replace(TRAIN, max_updates=30, lr=1e12, warmup=1, clip_norm=1e30, checkpoint_every=1, eval_every=100)
+    with pytest.raises(TrainingError, match=r"loss is (nan|inf).*last good checkpoint is .*last \(update \d+\)"):
+        trained(tmp_path, vocabs, data, cfg=cfg, name="nan")
+    state = json.loads((tmp_path / "nan" / "last" / "state.json").read_text())
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / "nan" / "last" / "model.safetensors"))
+    assert all(torch.isfinite(w).all() for w in weights.values()), state["state"]["step"]
+
+
+def test_translate_keeps_input_order_and_reports_speed(tmp_path, vocabs, data):
+    model, trainer, _ = trained(tmp_path, vocabs, data, cfg=replace(TRAIN, max_updates=30), name="t")
+    trainer.load_best()
+    lines = [DE[3], DE[0] + " " + DE[1], DE[2]]
+    fixed = {"beam": 2, "progress": False, "max_len_a": 0, "max_len_b": 40}  # the same length limit for all
+    hyps, speed = translate(model, *vocabs, lines, **fixed)
+    assert len(hyps) == 3 and speed["sentences_per_second"] > 0
+    single = [translate(model, *vocabs, [line], **fixed)[0][0] for line in lines]
+    assert hyps == single
