@@ -18,8 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import DataCollatorForSeq2Seq, MarianTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
-from transformers import TrainerCallback
+from transformers import (
+    DataCollatorForSeq2Seq,
+    MarianTokenizer,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+)
 
 from vocabridge.config import load_params
 from vocabridge.corpora.user import read_text_lines

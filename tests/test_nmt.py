@@ -158,3 +158,15 @@ def test_translate_keeps_input_order_and_reports_speed(tmp_path, vocabs, data):
     assert len(hyps) == 3 and speed["sentences_per_second"] > 0
     single = [translate(model, *vocabs, [line], **fixed)[0][0] for line in lines]
     assert hyps == single
+
+
+def test_user_model_directories_are_checked(tmp_path, vocabs):
+    model = build_model(ARCH, *vocabs, seed=1)
+    save_model(model, *vocabs, tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config | {"model_type": "bert"}))
+    with pytest.raises(InputError, match=r"config.json: model_type is 'bert', expected 'marian'"):
+        load_model(tmp_path / "m")
+    (tmp_path / "m" / "source.spm").unlink()
+    with pytest.raises(InputError, match=r"not a Marian model directory \(missing \['source.spm'\]\)"):
+        load_model(tmp_path / "m")

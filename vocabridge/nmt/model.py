@@ -17,7 +17,8 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel
 from vocabridge.errors import InputError
 from vocabridge.nmt.vocab import Vocab
 
-MODEL_FILES = ("config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json", "target_vocab.json")
+# target_vocab.json too, unless the model shares one vocabulary between source and target
+MODEL_FILES = ("config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json")
 
 
 def build_model(arch, src: Vocab, tgt: Vocab, seed: int) -> MarianMTModel:
@@ -61,7 +62,7 @@ def check_model_dir(path: Path) -> None:
     if (path / "pytorch_model.bin").is_file() and "model.safetensors" in missing:
         raise InputError(f"{path}: only pytorch_model.bin (pickle) found; convert it to model.safetensors first")
     if missing:
-        raise InputError(f"{path}: not a Marian model directory with separate vocabularies (missing {missing})")
+        raise InputError(f"{path}: not a Marian model directory (missing {missing})")
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     if config.get("model_type") != "marian":
         raise InputError(f"{path}/config.json: model_type is {config.get('model_type')!r}, expected 'marian'")
@@ -73,7 +74,8 @@ def load_model(path: Path, device: str = "cpu") -> tuple[MarianMTModel, Vocab, V
     check_model_dir(path)
     model = MarianMTModel.from_pretrained(path, use_safetensors=True).to(device)
     src = Vocab.from_files(path / "source.spm", path / "vocab.json")
-    tgt = Vocab.from_files(path / "target.spm", path / "target_vocab.json")
+    target_vocab = path / "target_vocab.json"  # OPUS-MT models with one shared vocabulary have none
+    tgt = Vocab.from_files(path / "target.spm", target_vocab if target_vocab.is_file() else path / "vocab.json")
     return model, src, tgt
 
 
