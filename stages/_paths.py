@@ -1,4 +1,4 @@
-"""Where the stages read and write: one place, so that dvc.yaml and the code agree."""
+"""Where the stages read and write (one place, so that dvc.yaml and the code agree), and their command line."""
 
 from pathlib import Path
 
@@ -21,3 +21,16 @@ def finetuned(method: str) -> Path:
 
 def evaluation(method: str) -> Path:
     return Path("data/eval") / method
+
+
+def method_stage_args(doc: str, argv: list[str]):
+    """The command line of a per-method stage: METHOD [--params FILE]; returns (method, params)."""
+    import argparse
+
+    from vocabridge.config import load_params
+
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("method", help="a method name from params.yaml's `methods`")
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    return args.method, load_params(args.params)

@@ -6,12 +6,9 @@ the report stage, which sees every method's hypotheses (so evaluate stages stay 
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from stages import _paths as paths
-from vocabridge.config import load_params
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.evaluate import score
@@ -22,22 +19,18 @@ from vocabridge.nmt.translate import translate
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("method")
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    params = load_params(args.params)
+    method, params = paths.method_stage_args(__doc__, argv)
     cfg, lang = params.evaluate, params.lang
     torch.set_num_threads(cfg.threads)
-    model, src, tgt = load_model(paths.finetuned(args.method), str(device_of(cfg.device)))
+    model, src, tgt = load_model(paths.finetuned(method), str(device_of(cfg.device)))
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
     hyps, speed = translate(model, src, tgt, sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
                             batch_tokens=cfg.batch_tokens, bf16=cfg.bf16)
-    metrics = {"method": args.method, "test_sentences": len(sources), "beam": cfg.beam,
+    metrics = {"method": method, "test_sentences": len(sources), "beam": cfg.beam,
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed}
-    with atomic_dir(paths.evaluation(args.method)) as tmp:
+    with atomic_dir(paths.evaluation(method)) as tmp:
         write_lines(tmp / "hyp.txt", hyps)
         write_json(tmp / "metrics.json", metrics)
     print({k: metrics[k] for k in ("method", "bleu", "chrf", "ter", "sentences_per_second")})

@@ -6,13 +6,11 @@ are (out-domain) are copied unchanged.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict
 
 import torch
 
 from stages import _paths as paths
-from vocabridge.config import load_params
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.model import copy_model_dir, load_model, save_model
@@ -21,12 +19,8 @@ from vocabridge.transfer import get_method
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("method")
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    params = load_params(args.params)
-    cfg, lang, name = params.finetune.train, params.lang, args.method
+    name, params = paths.method_stage_args(__doc__, argv)
+    cfg, lang = params.finetune.train, params.lang
     init, out, plots = paths.init_model(name), paths.finetuned(name), paths.PLOTS / "finetune" / name
     if not get_method(name).finetune:
         with atomic_dir(out) as tmp:
