@@ -5,6 +5,7 @@ from pathlib import Path
 CORPORA = Path("data/corpora")
 SPM = Path("data/spm")
 PRETRAINED = Path("data/models/pretrained")
+CBOW = Path("data/cbow")
 CHECKPOINTS = Path("data/checkpoints")
 PLOTS = Path("data/plots")
 METRICS = Path("data/metrics")

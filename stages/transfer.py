@@ -1,12 +1,21 @@
-"""Stage transfer@METHOD: build the method's initial model (vocabularies and embeddings) from the pretrained one."""
+"""Stage transfer@METHOD: build the method's initial model (vocabularies and embeddings) from the pretrained one.
+
+Writes the model directory with diagnostics.json (rows copied/projected/random, leave-one-out reconstruction,
+probe neighbours) and data/metrics/zero-shot/METHOD.json (greedy dev BLEU and dev perplexity before any
+fine-tuning).
+"""
 
 from __future__ import annotations
 
+import torch
+
 from stages import _paths as paths
+from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, write_json
 from vocabridge.nmt.model import save_model
-from vocabridge.transfer import Resources, get_method
+from vocabridge.transfer import Resources, get_method, knobs_for
+from vocabridge.transfer.diagnostics import zero_shot
 
 
 def main(argv: list[str]) -> None:
@@ -16,12 +25,20 @@ def main(argv: list[str]) -> None:
     res = Resources(pretrained=paths.PRETRAINED,
                     downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
                                     "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},
-                    seed=params.finetune.train.seed)
+                    seed=params.finetune.train.seed,
+                    cbow={"src": paths.CBOW / f"{lang.src}.bin", "tgt": paths.CBOW / f"{lang.tgt}.bin"},
+                    knobs=knobs_for(name, params.transfer), diagnostics=params.diagnostics)
+    torch.set_num_threads(params.finetune.train.threads)
     model, src, tgt, diagnostics = method.build(res)
     with atomic_dir(paths.init_model(name)) as tmp:
         save_model(model, src, tgt, tmp)
         write_json(tmp / "diagnostics.json", diagnostics | {"method": name, "vocab_size": {
             "src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary})
+    corpus, n = paths.CORPORA / "downstream", params.diagnostics.dev_sentences
+    scores = zero_shot(model, src, tgt, read_text_lines(corpus / f"dev.{lang.src}")[:n],
+                       read_text_lines(corpus / f"dev.{lang.tgt}")[:n])
+    write_json(paths.METRICS / "zero-shot" / f"{name}.json", scores)
+    print(name, scores)
 
 
 if __name__ == "__main__":

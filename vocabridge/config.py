@@ -179,6 +179,38 @@ class Finetune:
 
 
 @dataclass
+class Cbow:
+    """gensim Word2Vec CBOW per language on downstream text (train + mono), in downstream pieces (Sato et al.)."""
+
+    window: int = 5
+    epochs: int = 5
+    min_count: int = 1  # gensim's smallest; Sato et al. keep every token
+    negative: int = 5
+    threads: int = 1  # 1: the same vectors on every run
+    seed: int = 1
+
+
+@dataclass
+class TransferMethod:
+    """One method's knobs; a key left out takes the method's own default (see vocabridge/transfer)."""
+
+    sides: Literal["encoder", "decoder", "both"] | None = None  # which vocabularies are replaced
+    shared: Literal["copy", "reproject"] | None = None  # tokens in both vocabularies: keep the row, or map it
+    k: int | None = None  # va-llm: nearest shared neighbours
+    reg: float | None = None  # va-llm: regulariser x trace(C) added to the local Gram matrix; 0 = none
+
+
+@dataclass
+class Diagnostics:
+    """Checks of every adapted model before fine-tuning."""
+
+    held_out: float = 0.1  # share of shared tokens held out for the leave-one-out reconstruction
+    probes: int = 5  # new tokens whose nearest neighbours are listed before and after mapping
+    dev_sentences: int = 200  # zero-shot greedy dev BLEU and dev perplexity on the first N dev pairs
+    seed: int = 1
+
+
+@dataclass
 class Evaluate:
     beam: int = 5
     length_penalty: float = 1.0
@@ -203,6 +235,9 @@ class Params:
     prepare: Prepare = field(default_factory=Prepare)
     spm: Spm = field(default_factory=Spm)
     pretrain: Pretrain = field(default_factory=Pretrain)
+    cbow: Cbow = field(default_factory=Cbow)
+    transfer: dict[str, TransferMethod] = field(default_factory=dict)  # method name -> knobs
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
     finetune: Finetune = field(default_factory=Finetune)
     evaluate: Evaluate = field(default_factory=Evaluate)
     report: Report = field(default_factory=Report)

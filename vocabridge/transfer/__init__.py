@@ -1,21 +1,32 @@
 """Vocabulary transfer: each method builds its initial model (vocabularies + embeddings) from the pretrained one.
 
-A method is a small function registered in METHODS; the transfer@method stage calls it and writes the
-model directory. The baselines live here; the vocabulary-adaptation methods plug in the same way.
+A method is an entry of METHODS; the transfer@method stage calls its builder and writes the model directory.
+The baselines keep or replace the whole model; the vocabulary-adaptation methods share `adapt`, which runs
+one initialiser (methods.py) per adapted side through the Plan interface (plan.py), swaps the new rows into
+the model (swap.py) and collects the diagnostics (diagnostics.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 from transformers import MarianMTModel
 
+from vocabridge.config import Diagnostics, TransferMethod
 from vocabridge.errors import ConfigError
 from vocabridge.nmt.model import build_model, load_model
 from vocabridge.nmt.vocab import Vocab, pair_vocabs
+from vocabridge.transfer.cbow import load_vectors
+from vocabridge.transfer.diagnostics import leave_one_out, neighbours
+from vocabridge.transfer.methods import anchors, cbow, linear, random_init
+from vocabridge.transfer.plan import Side
+from vocabridge.transfer.swap import matrices, pair, swap_embeddings
 
 
 @dataclass
@@ -25,6 +36,9 @@ class Resources:
     pretrained: Path  # Marian model directory
     downstream_spm: dict[str, Path]  # the adapted vocabularies' SentencePiece models, by role (src, tgt)
     seed: int = 1
+    cbow: dict[str, Path] = field(default_factory=dict)  # the new domain's CBOW vectors, by role (src, tgt)
+    knobs: TransferMethod = field(default_factory=TransferMethod)  # resolved: no None left
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
 
 Built = tuple[MarianMTModel, Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
@@ -35,6 +49,7 @@ class Method:
     build: Callable[[Resources], Built]
     finetune: bool = True  # out-domain is evaluated as it is
     vocabulary: str = "downstream"  # whose vocabulary the model ends up with: upstream | downstream
+    defaults: dict = field(default_factory=dict)  # knobs that differ from DEFAULT_KNOBS
 
 
 def keep_pretrained(res: Resources) -> Built:
@@ -54,10 +69,57 @@ def from_scratch(res: Resources) -> Built:
     return build_model(arch, src, tgt, res.seed), src, tgt, {"rows": {"random": 1.0}}
 
 
+def adapt(res: Resources, initializer: Callable, check_loo: bool = True) -> Built:
+    """Replace the vocabularies of the adapted sides, rows from `initializer`; the other side is kept."""
+    model, old_src, old_tgt = load_model(res.pretrained)
+    knobs, cfg = res.knobs, res.diagnostics
+    chosen = {"encoder", "decoder"} if knobs.sides == "both" else {knobs.sides}
+    new_src = Vocab.from_spm(res.downstream_spm["src"]) if "encoder" in chosen else old_src
+    new_tgt = Vocab.from_spm(res.downstream_spm["tgt"]) if "decoder" in chosen else old_tgt
+    src, tgt = pair(new_src, new_tgt)
+    mats = matrices(model)
+    plans, diagnostics = {}, {"sides": sorted(chosen), "knobs": dataclasses.asdict(knobs)}
+    for name, role, old, new in (("encoder", "src", old_src, src), ("decoder", "tgt", old_tgt, tgt)):
+        emb = mats[name]
+        aux_file = res.cbow.get(role)
+        aux = load_vectors(aux_file, emb.shape[1]) if name in chosen and aux_file else None
+        side = Side(name, old.tokens, new.tokens, emb, aux, old.sp, str(aux_file))
+        rng = np.random.default_rng(res.seed)
+        if name not in chosen:
+            plans[name] = random_init(side, dataclasses.replace(knobs, shared="copy"), rng)
+            diagnostics[name] = {"adapted": False, "rows": plans[name].shares()}
+            continue
+        plans[name] = plan = initializer(side, knobs, rng)
+        diagnostics[name] = {
+            "adapted": True, "rows": plan.shares(), **plan.stats,
+            "leave_one_out": leave_one_out(side, initializer, knobs, cfg.held_out, cfg.seed) if check_loo else None,
+            "neighbours": neighbours(side, plan, plan.apply(emb), cfg.probes),
+        }
+    decoder = plans["decoder"]
+    model = swap_embeddings(model, src, tgt, plans["encoder"].apply(mats["encoder"]), decoder.apply(mats["decoder"]),
+                            decoder.apply_bias(mats["bias"]),
+                            None if mats["output"] is None else decoder.apply(mats["output"]))
+    return model, src, tgt, diagnostics
+
+
+def adapted(initializer: Callable, **kw) -> Callable[[Resources], Built]:
+    return partial(adapt, initializer=initializer, **kw)
+
+
+DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3)
+REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
+
 METHODS: dict[str, Method] = {
     "out-domain": Method(keep_pretrained, finetune=False, vocabulary="upstream"),
     "in-domain": Method(from_scratch),
     "ft-srcv": Method(keep_pretrained, vocabulary="upstream"),
+    "ft-tgtv-random": Method(adapted(random_init)),
+    "va-cbow": Method(adapted(cbow), defaults=REPROJECT),
+    "va-linear": Method(adapted(linear), defaults=REPROJECT),
+    "va-llm": Method(adapted(partial(anchors, select="knn", weighting="lle")), defaults=REPROJECT),
+    "focus": Method(adapted(partial(anchors, select="all", weighting="sparsemax"))),
+    # no leave-one-out for fvt: the pretrained tokenizer still knows every hidden token
+    "fvt": Method(adapted(partial(anchors, select="pieces", weighting="mean"), check_loo=False)),
 }
 
 
@@ -65,3 +127,18 @@ def get_method(name: str) -> Method:
     if name not in METHODS:
         raise ConfigError(f"params.yaml: methods: unknown method '{name}' (known: {sorted(METHODS)})")
     return METHODS[name]
+
+
+def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
+    """The method's knobs: params.yaml's `transfer.<name>` over the method's defaults over DEFAULT_KNOBS."""
+    for key in given:
+        if key not in METHODS:
+            raise ConfigError(f"params.yaml: transfer: unknown method '{key}' (known: {sorted(METHODS)})")
+    merged = dataclasses.replace(DEFAULT_KNOBS, **get_method(name).defaults)
+    overrides = {k: v for k, v in dataclasses.asdict(given.get(name, TransferMethod())).items() if v is not None}
+    knobs = dataclasses.replace(merged, **overrides)
+    if knobs.k < 1:
+        raise ConfigError(f"params.yaml: transfer.{name}.k: must be at least 1, got {knobs.k}")
+    if knobs.reg < 0:
+        raise ConfigError(f"params.yaml: transfer.{name}.reg: must be >= 0, got {knobs.reg}")
+    return knobs

@@ -1,0 +1,40 @@
+"""Stage cbow: CBOW vectors of the downstream text (train + mono, never dev/test) per language.
+
+Segmented with the downstream SentencePiece models; dimension = the pretrained model's embedding dimension.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from stages import _paths as paths
+from vocabridge.config import load_params
+from vocabridge.corpora.user import read_text_lines
+from vocabridge.entry import run
+from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.tokenizers import load_spm
+from vocabridge.transfer.cbow import save_vectors, train_cbow
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--params", default="params.yaml")
+    params = load_params(parser.parse_args(argv).params)
+    dim = json.loads((paths.PRETRAINED / "config.json").read_text())["d_model"]
+    corpus = paths.CORPORA / "downstream"
+    stats = {}
+    with atomic_dir(paths.CBOW) as tmp:
+        for lang in (params.lang.src, params.lang.tgt):
+            lines = read_text_lines(corpus / f"train.{lang}")
+            if (corpus / f"mono.{lang}").is_file():
+                lines += read_text_lines(corpus / f"mono.{lang}")
+            kv = train_cbow(lines, load_spm(paths.SPM / "downstream" / f"{lang}.model"), dim, params.cbow, lang)
+            save_vectors(kv, tmp / f"{lang}.bin")
+            stats[lang] = {"lines": len(lines), "tokens": len(kv), "dim": dim}
+        write_json(tmp / "stats.json", stats)
+    print(stats)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,105 @@
+"""The vocabulary-transfer initialisers: each fills a Plan for one Side (see plan.py).
+
+- random (ft-tgtv-random, Aji et al. 2020): shared tokens copied, new ones random at the pretrained scale;
+- cbow (va-cbow, Sato et al. 2020): the new domain's CBOW vectors as they are;
+- linear (va-linear): CBOW vectors mapped by the orthogonal Procrustes map fitted on shared tokens;
+- anchors: each new token a weighted combination of pretrained rows of anchor tokens; the configurations are
+  va-llm (k nearest shared tokens in CBOW space, locally linear weights), focus (all shared tokens, sparsemax
+  over CBOW cosine, as FOCUS) and fvt (the token's pieces under the pretrained tokenizer, equal weights).
+
+Knobs (`shared`, `k`, `reg`) come from params.yaml's `transfer.<method>`, with each method's defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+
+from vocabridge.errors import ConfigError, InputError
+from vocabridge.transfer.plan import (
+    Plan,
+    PlanBuilder,
+    Side,
+    lle_weights,
+    nearest,
+    normalize,
+    procrustes,
+    segment_like,
+    sparsemax,
+)
+
+
+def random_init(side: Side, knobs, rng: np.random.Generator) -> Plan:
+    builder = PlanBuilder(side, knobs.shared)
+    return builder.build(rng)
+
+
+def cbow(side: Side, knobs, rng: np.random.Generator) -> Plan:
+    builder = PlanBuilder(side, knobs.shared)
+    ids, vectors = side.aux_rows(builder.todo)
+    builder.vector(ids, vectors)
+    return builder.build(rng)
+
+
+def linear(side: Side, knobs, rng: np.random.Generator) -> Plan:
+    builder = PlanBuilder(side, knobs.shared)
+    _, old_ids, x = side.anchors(need=2)
+    w = procrustes(x, side.emb[old_ids])
+    ids, vectors = side.aux_rows(builder.todo)
+    builder.vector(ids, vectors @ w)
+    residual = float(np.linalg.norm(x @ w - side.emb[old_ids]) / max(np.linalg.norm(side.emb[old_ids]), 1e-12))
+    return builder.build(rng, anchors=len(old_ids), fit_relative_residual=round(residual, 4))
+
+
+def anchors(side: Side, knobs, rng: np.random.Generator, *, select: Literal["knn", "all", "pieces"],
+            weighting: Literal["lle", "sparsemax", "mean"]) -> Plan:
+    """New row = weights . pretrained rows of anchor tokens; the weights are computed in CBOW space."""
+    builder = PlanBuilder(side, knobs.shared)
+    todo = builder.todo
+    if select == "pieces":
+        return _pieces(side, builder, todo, rng)
+    anchor_new, anchor_old, anchor_vecs = side.anchors(need=knobs.k if select == "knn" else 1)
+    ids, vecs = side.aux_rows(todo)
+    position = {t: a for a, t in enumerate(anchor_new.tolist())}
+    exclude = np.array([position.get(i, -1) for i in ids.tolist()], dtype=np.int64)  # a token is not its own anchor
+    if select == "knn":
+        if knobs.k > len(anchor_new) - (exclude >= 0).any():
+            raise ConfigError(f"transfer: k={knobs.k} is larger than the {len(anchor_new)} shared tokens of the "
+                              f"{side.name} vocabulary")
+        nbr, _ = nearest(vecs, anchor_vecs, knobs.k, exclude)
+        if weighting != "lle":
+            raise ConfigError(f"transfer: weighting {weighting!r} is not defined for k nearest anchors")
+        w, ill = lle_weights(vecs, anchor_vecs[nbr], knobs.reg)
+        builder.combine(ids, anchor_old[nbr], w)
+        return builder.build(rng, anchors=len(anchor_new), k=knobs.k, reg=knobs.reg, ill_conditioned=int(ill.sum()),
+                             projected=len(ids))
+    sims = torch.from_numpy(normalize(vecs)) @ torch.from_numpy(normalize(anchor_vecs)).T
+    rows = torch.nonzero(torch.from_numpy(exclude) >= 0).flatten()
+    sims[rows, torch.from_numpy(exclude)[rows]] = -torch.inf
+    w = sparsemax(sims.clamp_min(-1e4)).numpy()  # -inf would poison the cumulative sums
+    width = int((w > 0).sum(1).max()) if len(w) else 1
+    top = np.argsort(-w, axis=1)[:, :width]
+    builder.combine(ids, anchor_old[top], np.take_along_axis(w, top, 1))
+    support = (w > 0).sum(1)
+    return builder.build(rng, anchors=len(anchor_new), mean_support=round(float(support.mean()), 2) if len(w) else 0)
+
+
+def _pieces(side: Side, builder: PlanBuilder, todo: np.ndarray, rng: np.random.Generator) -> Plan:
+    """fvt: the mean of the token's pieces under the pretrained tokenizer (Gee et al. 2022)."""
+    if side.old_sp is None:
+        raise InputError(f"{side.name}: fvt needs the pretrained model's SentencePiece model")
+    ids, cols, weights = [], [], []
+    for i in todo.tolist():
+        pieces = segment_like(side.new_tokens[i], side.old_sp, side.old_index)
+        if pieces:
+            ids.append(i)
+            cols.append([side.old_index[p] for p in pieces])
+    width = max((len(c) for c in cols), default=1)
+    for c in cols:
+        weights.append([1.0 / len(c)] * len(c) + [0.0] * (width - len(c)))
+        c.extend([0] * (width - len(c)))
+    if ids:
+        builder.combine(np.array(ids), np.array(cols), np.array(weights, dtype=np.float32))
+    return builder.build(rng, segmented=len(ids))
