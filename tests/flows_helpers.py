@@ -97,10 +97,3 @@ def stage_table(markdown: str) -> dict[str, str]:
     rows = [ln.strip("|").split("|") for ln in part.splitlines() if ln.startswith("| ") and "---" not in ln]
     return {cells[0].strip(): cells[1].strip() for cells in rows[1:]}
 
-
-def api_filter(client, path: str, body: dict) -> list[dict]:
-    """POST a filter to the Prefect REST API with no null fields (prefect 3.8.8's client sends nulls that the
-    server rejects under fastapi >= 0.151, e.g. in read_latest_artifacts)."""
-    response = client._client.post(path, json=body)
-    response.raise_for_status()
-    return response.json()

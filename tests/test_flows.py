@@ -16,6 +16,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowFilter, FlowFilterName  # noqa: E402
+from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 
 from flows.dag import load_dag  # noqa: E402
 from flows.errors import FlowError, StageError  # noqa: E402
@@ -23,7 +25,6 @@ from flows.pipeline import pipeline, sweep  # noqa: E402
 from tests.conftest import copy_project, run  # noqa: E402
 from tests.flows_helpers import (  # noqa: E402
     add_flows,
-    api_filter,
     free_port,
     prefect_cli,
     prefect_env,
@@ -35,20 +36,19 @@ from tests.flows_helpers import (  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 FIRST = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch"]
+REPORT_ARTIFACT = ArtifactFilter(key=ArtifactFilterKey(any_=["vocabridge-report"]))
 
 
 def task_runs(state) -> dict:
     """The task runs of a finished flow run, by name, as the Prefect server recorded them."""
-    from datetime import datetime
-
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.sorting import TaskRunSort
 
     with get_client(sync_client=True) as client:
-        runs = api_filter(client, "/task_runs/filter", {"flow_runs": {"id": {"any_": [
-            str(state.state_details.flow_run_id)]}}, "limit": 100, "sort": "EXPECTED_START_TIME_ASC"})
-    for r in runs:
-        r["start"], r["end"] = datetime.fromisoformat(r["start_time"]), datetime.fromisoformat(r["end_time"])
-    return {r["name"]: r for r in runs}
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[
+            state.state_details.flow_run_id])), sort=TaskRunSort.EXPECTED_START_TIME_ASC, limit=100)
+    return {r.name: r for r in runs}
 
 
 def outputs(project: Path) -> dict[str, float]:
@@ -109,13 +109,13 @@ def test_flow_runs_every_stage_through_dvc_in_dependency_order(flow_run):
     assert set(FIRST) <= set(lock)
     report = json.loads((project / "data/reports/mismatch.json").read_text())
     assert f"| data/reports/mismatch.json | de.fertility.new | {report['de']['fertility']['new']} |" in table
-    assert set(tasks) == set(FIRST) and all(t["state_type"] == "COMPLETED" for t in tasks.values())
+    assert set(tasks) == set(FIRST) and all(t.state_type == "COMPLETED" for t in tasks.values())
     for name, stage in load_dag(project).select(targets=["mismatch"]).stages.items():
-        assert "stage:" + name.split("@")[0] in tasks[name]["tags"]
+        assert "stage:" + name.split("@")[0] in tasks[name].tags
         for up in stage.upstream:
-            assert tasks[up]["end"] <= tasks[name]["start"], (up, name)
+            assert tasks[up].end_time <= tasks[name].start_time, (up, name)
     up, down = tasks["prepare@upstream"], tasks["prepare@downstream"]
-    assert up["start"] < down["end"] and down["start"] < up["end"]  # independent stages overlap
+    assert up.start_time < down.end_time and down.start_time < up.end_time  # independent stages overlap
 
 
 def test_flow_result_is_published_as_markdown_artifact(flow_run):
@@ -123,9 +123,8 @@ def test_flow_result_is_published_as_markdown_artifact(flow_run):
 
     _, table, _ = flow_run
     with get_client(sync_client=True) as client:
-        found = api_filter(client, "/artifacts/filter", {"artifacts": {"key": {"any_": ["vocabridge-report"]}},
-                                                          "sort": "CREATED_DESC", "limit": 5})
-    assert found and found[0]["type"] == "markdown" and found[0]["data"] == table
+        found = client.read_artifacts(artifact_filter=REPORT_ARTIFACT, sort=ArtifactSort.CREATED_DESC, limit=5)
+    assert found and found[0].type == "markdown" and found[0].data == table
 
 
 def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_run):
@@ -257,9 +256,7 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
         for pool in ("vocabridge-cpu", "vocabridge-gpu"):
             proc = prefect_cli(["work-pool", "create", pool, "--type", "process"], project, env)
             assert proc.returncode == 0, proc.stdout + proc.stderr
-        # `prefect --no-prompt deploy --all` once fastapi < 0.151 is pinned (see flows/deploy.py)
-        proc = subprocess.run([sys.executable, "-m", "flows.deploy"], cwd=project, env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = prefect_cli(["--no-prompt", "deploy", "--all"], project, env, timeout=120)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         for pool in ("vocabridge-cpu", "vocabridge-gpu"):
             procs.append(start([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type",
@@ -270,17 +267,17 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
         logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
         assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
         with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
-            report = api_filter(client, "/artifacts/filter", {"artifacts": {"key": {"any_": ["vocabridge-report"]}},
-                                                              "sort": "CREATED_DESC", "limit": 1})[0]["data"]
-            stage_runs = api_filter(client, "/flow_runs/filter", {"flows": {"name": {"any_": ["vocabridge-stage"]}},
-                                                                  "limit": 10})
-            deployments = {d["name"] for d in api_filter(client, "/deployments/filter", {"limit": 20})}
+            report = client.read_artifacts(artifact_filter=REPORT_ARTIFACT, sort=ArtifactSort.CREATED_DESC,
+                                           limit=1)[0].data
+            stage_runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["vocabridge-stage"])),
+                                               limit=10)
+            deployments = {d.name for d in client.read_deployments(limit=20)}
     finally:
         for proc in reversed(procs):
             stop(proc)
     assert deployments == {"full", "one-method", "ablation", "gpu"}
-    assert sorted(r["name"] for r in stage_runs) == ["spm@downstream", "spm@upstream"]
-    assert all(r["state_type"] == "COMPLETED" for r in stage_runs)
+    assert sorted(r.name for r in stage_runs) == ["spm@downstream", "spm@upstream"]
+    assert all(r.state_type == "COMPLETED" for r in stage_runs)
     outcomes = stage_table(report)
     assert outcomes["spm@upstream"] == outcomes["spm@downstream"] == "restored"  # run by the gpu worker
     assert outcomes["prepare@upstream"] == outcomes["mismatch"] == "ran"
