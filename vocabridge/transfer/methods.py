@@ -60,7 +60,7 @@ def anchors(side: Side, knobs, rng: np.random.Generator, *, select: Literal["knn
     todo = builder.todo
     if select == "pieces":
         return _pieces(side, builder, todo, rng)
-    anchor_new, anchor_old, anchor_vecs = side.anchors(need=knobs.k if select == "knn" else 1)
+    anchor_new, anchor_old, anchor_vecs = side.anchors()
     ids, vecs = side.aux_rows(todo)
     position = {t: a for a, t in enumerate(anchor_new.tolist())}
     exclude = np.array([position.get(i, -1) for i in ids.tolist()], dtype=np.int64)  # a token is not its own anchor

@@ -77,9 +77,10 @@ class Side:
         new_ids, old_ids = self.shared
         kept, vectors = self.aux_rows(new_ids)
         if len(kept) < need:
-            what = "no shared tokens" if not len(new_ids) else f"{len(kept)} shared tokens with CBOW vectors"
-            raise InputError(f"{self.name}: the new vocabulary has {what} with the pretrained one; this method "
-                             f"needs at least {need}")
+            raise InputError(f"{self.name}: the new and the pretrained vocabulary have {len(new_ids)} shared tokens, "
+                             f"{len(kept)} of them with CBOW vectors ({self.aux_file}); this method needs at least "
+                             f"{need}" if len(new_ids) else f"{self.name}: no shared tokens between the new and the "
+                             "pretrained vocabulary; this method maps through shared tokens")
         old_of = dict(zip(new_ids.tolist(), old_ids.tolist(), strict=True))
         return kept, np.array([old_of[i] for i in kept.tolist()], dtype=np.int64), vectors
 

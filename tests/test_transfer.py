@@ -1,0 +1,291 @@
+"""Vocabulary-transfer methods on tiny hand-made embeddings whose right answer is known."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+from gensim.models import KeyedVectors
+from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
+
+from vocabridge.config import TransferMethod
+from vocabridge.errors import ConfigError, InputError
+from vocabridge.nmt.model import build_model, load_model, save_model
+from vocabridge.nmt.vocab import Vocab
+from vocabridge.transfer import METHODS, Resources, knobs_for
+from vocabridge.transfer.cbow import load_vectors, save_vectors
+from vocabridge.transfer.diagnostics import leave_one_out
+from vocabridge.transfer.methods import anchors, cbow, linear, random_init
+from vocabridge.transfer.plan import Side, greedy_pieces, lle_weights, procrustes, segment_like, sparsemax
+from vocabridge.transfer.swap import matrices, pair, swap_embeddings
+
+D = 6
+SHARED = ["▁a", "▁b", "▁c", "▁d", "▁e", "▁f", "▁g", "▁h"]
+OLD = ["</s>", "<unk>", *SHARED, "▁old1", "▁old2", "<pad>"]
+NEW = ["</s>", "<unk>", *SHARED, "▁x", "▁y", "<unused_0>", "<pad>"]
+
+
+def knobs(**kw) -> TransferMethod:
+    return TransferMethod(**({"sides": "both", "shared": "copy", "k": 3, "reg": 0.0} | kw))
+
+
+def kv(vectors: dict[str, np.ndarray]) -> KeyedVectors:
+    out = KeyedVectors(vector_size=D)
+    out.add_vectors(list(vectors), np.stack(list(vectors.values())).astype(np.float32))
+    return out
+
+
+@pytest.fixture
+def side() -> Side:
+    """CBOW space = model space rotated: the shared tokens' model rows are their CBOW vectors times R."""
+    rng = np.random.default_rng(0)
+    cbow_vecs = {tok: rng.normal(size=D) for tok in SHARED}
+    for tok in ("▁a", "▁b", "▁c"):  # a tight cluster: the nearest neighbours of their mean by cosine
+        cbow_vecs[tok] = 5 * np.eye(D)[0] + rng.normal(size=D)
+    cbow_vecs["▁x"] = (cbow_vecs["▁a"] + cbow_vecs["▁b"] + cbow_vecs["▁c"]) / 3
+    cbow_vecs["▁y"] = rng.normal(size=D)
+    rotation, _ = np.linalg.qr(rng.normal(size=(D, D)))
+    emb = rng.normal(size=(len(OLD), D)).astype(np.float32)
+    for tok in SHARED:
+        emb[OLD.index(tok)] = cbow_vecs[tok] @ rotation
+    s = Side("decoder", OLD, NEW, emb, kv(cbow_vecs))
+    s.rotation = rotation
+    return s
+
+
+def row(plan, side, token):
+    return plan.apply(side.emb)[NEW.index(token)]
+
+
+def test_lle_weights_of_a_token_that_is_the_mean_of_its_neighbours():
+    rng = np.random.default_rng(1)
+    nbrs = rng.normal(size=(1, 3, D))
+    for reg in (0.0, 1e-3):
+        w, ill = lle_weights(nbrs.mean(1), nbrs, reg=reg)
+        np.testing.assert_allclose(w, [[1 / 3, 1 / 3, 1 / 3]], atol=1e-6)
+        assert ill.tolist() == [True]  # an exact reconstruction makes C singular: C @ 1 = 0
+    x = nbrs.mean(1) + rng.normal(size=(1, D))  # off the neighbours' affine hull: C is regular
+    w0, ill = lle_weights(x, nbrs, reg=0.0)
+    w_reg, _ = lle_weights(x, nbrs, reg=1e-3)
+    assert not ill.any()
+    np.testing.assert_allclose(w_reg, w0, atol=5e-3)
+    np.testing.assert_allclose(w0.sum(), 1.0, atol=1e-6)
+
+
+def test_lle_flags_a_singular_local_gram_matrix():
+    nbrs = np.ones((1, 3, D))  # identical neighbours: C is singular
+    w, ill = lle_weights(np.zeros((1, D)), nbrs, reg=1e-3)
+    assert ill.tolist() == [True]
+    np.testing.assert_allclose(w.sum(1), [1.0], atol=1e-6)
+
+
+def test_va_llm_gives_the_mean_of_the_exact_neighbours(side):
+    plan = anchors(side, knobs(k=3), np.random.default_rng(0), select="knn", weighting="lle")
+    expected = side.emb[[OLD.index(t) for t in ("▁a", "▁b", "▁c")]].mean(0)
+    np.testing.assert_allclose(row(plan, side, "▁x"), expected, atol=1e-5)
+    np.testing.assert_array_equal(row(plan, side, "▁a"), side.emb[OLD.index("▁a")])  # shared: copied
+    assert plan.kind[NEW.index("▁x")] == "projected" and plan.kind[NEW.index("▁a")] == "copied"
+    assert plan.kind[NEW.index("<unused_0>")] == "unused" and plan.kind[0] == "special"
+
+
+def test_va_llm_reprojects_shared_tokens_without_using_themselves(side):
+    plan = anchors(side, knobs(k=3, shared="reproject"), np.random.default_rng(0), select="knn", weighting="lle")
+    assert plan.kind[NEW.index("▁a")] == "projected"
+    a_row = plan.weights[NEW.index("▁a")]
+    assert OLD.index("▁a") not in a_row.indices.tolist() and a_row.nnz == 3
+    np.testing.assert_allclose(a_row.sum(), 1.0, atol=1e-5)
+
+
+def test_va_linear_recovers_a_rotation_exactly(side):
+    plan = linear(side, knobs(), np.random.default_rng(0))
+    for tok in ("▁x", "▁y"):
+        np.testing.assert_allclose(row(plan, side, tok), side.aux[tok] @ side.rotation, atol=1e-5)
+    np.testing.assert_allclose(procrustes(side.aux[SHARED], side.aux[SHARED] @ side.rotation), side.rotation,
+                               atol=1e-5)
+
+
+def test_leave_one_out_is_perfect_for_va_linear_on_a_rotated_space(side):
+    result = leave_one_out(side, linear, knobs(), share=0.25, seed=0)
+    assert result["held_out"] == 2 and result["mean_cosine"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_va_cbow_uses_the_cbow_vectors_as_they_are(side):
+    plan = cbow(side, knobs(shared="reproject"), np.random.default_rng(0))
+    for tok in ("▁a", "▁x"):
+        np.testing.assert_allclose(row(plan, side, tok), side.aux[tok], atol=1e-6)
+    assert plan.apply_bias(np.ones(len(OLD), np.float32))[NEW.index("▁x")] == 0.0
+
+
+def test_random_init_copies_shared_rows_and_draws_new_ones_at_the_pretrained_scale():
+    rng = np.random.default_rng(0)
+    old = ["</s>", "<unk>", *[f"▁t{i}" for i in range(2000)], "<pad>"]
+    new = ["</s>", "<unk>", "▁t5", *[f"▁n{i}" for i in range(3000)], "<pad>"]
+    emb = (rng.normal(size=(len(old), 4)) * [1, 2, 3, 4] + 10).astype(np.float32)
+    plan = random_init(Side("encoder", old, new, emb), knobs(), np.random.default_rng(1))
+    rows = plan.apply(emb)
+    np.testing.assert_array_equal(rows[2], emb[old.index("▁t5")])
+    np.testing.assert_array_equal(rows[0], emb[0])
+    np.testing.assert_allclose(rows[3:-1].std(0), [1, 2, 3, 4], rtol=0.1)
+    np.testing.assert_allclose(rows[3:-1].mean(0), 10, atol=0.2)
+    assert plan.shares()["random"] == pytest.approx(3000 / 3004, abs=1e-4)  # eos, unk, pad, ▁t5 and the new ones
+
+
+def test_sparsemax_known_values():
+    out = sparsemax(torch.tensor([[1.0, 0.5, -1.0], [1.0, 0.0, 0.0]]))
+    np.testing.assert_allclose(out.numpy(), [[0.75, 0.25, 0.0], [1.0, 0.0, 0.0]], atol=1e-6)
+
+
+def test_focus_puts_all_weight_on_an_anchor_with_the_same_direction():
+    e = np.eye(D)
+    vectors = {"▁a": e[0], "▁b": e[1], "▁c": e[2], "▁x": 2 * e[0]}
+    old = ["</s>", "<unk>", "▁a", "▁b", "▁c", "<pad>"]
+    new = ["</s>", "<unk>", "▁a", "▁b", "▁c", "▁x", "<pad>"]
+    emb = np.random.default_rng(0).normal(size=(len(old), D)).astype(np.float32)
+    plan = anchors(Side("encoder", old, new, emb, kv(vectors)), knobs(), np.random.default_rng(0), select="all",
+                   weighting="sparsemax")
+    np.testing.assert_allclose(plan.apply(emb)[new.index("▁x")], emb[old.index("▁a")], atol=1e-6)
+
+
+def test_fvt_is_the_mean_of_the_pretrained_pieces(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(["haus boot hausboot"] * 50 + ["baum haus"] * 30))
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "old"), vocab_size=20,
+                                   model_type="unigram", character_coverage=1.0, bos_id=-1, eos_id=1, unk_id=0,
+                                   pad_id=-1, hard_vocab_limit=False, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "old.model"))
+    old_vocab = Vocab.from_spm(tmp_path / "old.model")
+    index = {t: i for i, t in enumerate(old_vocab.tokens)}
+    emb = np.random.default_rng(0).normal(size=(len(old_vocab), D)).astype(np.float32)
+    new = ["</s>", "<unk>", "▁hausbootbaum", "bootbaum", "<pad>"]
+    plan = anchors(Side("encoder", old_vocab.tokens, new, emb, None, sp), knobs(), np.random.default_rng(0),
+                   select="pieces", weighting="mean")
+    for i, tok in ((2, "▁hausbootbaum"), (3, "bootbaum")):
+        pieces = segment_like(tok, sp, index)
+        assert len(pieces) >= 2 and all(p in index for p in pieces)
+        assert tok.startswith("▁") == pieces[0].startswith("▁")
+        np.testing.assert_allclose(plan.apply(emb)[i], emb[[index[p] for p in pieces]].mean(0), atol=1e-6)
+
+
+def test_greedy_pieces_takes_the_longest_match():
+    assert greedy_pieces("abcd", {"a": 0, "ab": 1, "abc": 2, "d": 3, "cd": 4}) == ["abc", "d"]
+
+
+def test_bad_input_is_a_clear_error(side):
+    with pytest.raises(ConfigError, match="k=9 is larger than the 8 shared tokens"):
+        anchors(side, knobs(k=9), np.random.default_rng(0), select="knn", weighting="lle")
+    strangers = Side("encoder", OLD, ["</s>", "<unk>", "▁p", "▁q", "<pad>"], side.emb,
+                     kv({"▁p": np.ones(D), "▁q": -np.ones(D)}))
+    with pytest.raises(InputError, match="no shared tokens"):
+        linear(strangers, knobs(), np.random.default_rng(0))
+    narrow = Side("encoder", OLD, NEW, side.emb, kv({"▁a": np.ones(D)}).__class__(vector_size=3), aux_file="x.bin")
+    with pytest.raises(InputError, match="x.bin: vectors have dimension 3, the model's embeddings 6"):
+        cbow(narrow, knobs(), np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="transfer: unknown method 'va-lm'"):
+        knobs_for("va-llm", {"va-lm": TransferMethod(k=5)})
+    assert knobs_for("va-llm", {"va-llm": TransferMethod(k=5)}).shared == "reproject"
+    assert knobs_for("ft-tgtv-random", {}).shared == "copy"
+
+
+def test_cbow_file_round_trip_and_dimension_check(tmp_path, side):
+    save_vectors(side.aux, tmp_path / "de.bin")
+    back = load_vectors(tmp_path / "de.bin", D)
+    np.testing.assert_allclose(back["▁x"], side.aux["▁x"], atol=1e-6)
+    with pytest.raises(InputError, match="de.bin: vectors have dimension 6, the model's embeddings 8"):
+        load_vectors(tmp_path / "de.bin", 8)
+    (tmp_path / "junk.bin").write_bytes(b"\x80\x81 not a header\n")
+    with pytest.raises(InputError, match="junk.bin"):
+        load_vectors(tmp_path / "junk.bin", D)
+
+
+ARCH = SimpleNamespace(d_model=D * 2, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=16, dropout=0.0,
+                       attention_dropout=0.0, max_positions=32)
+
+
+def _spm(tmp_path, name: str, lines: list[str], size: int):
+    (tmp_path / f"{name}.txt").write_text("\n".join(lines))
+    spm.SentencePieceTrainer.train(input=str(tmp_path / f"{name}.txt"), model_prefix=str(tmp_path / name),
+                                   vocab_size=size, model_type="unigram", character_coverage=1.0, bos_id=-1,
+                                   eos_id=1, unk_id=0, pad_id=-1, hard_vocab_limit=False, minloglevel=2)
+    return tmp_path / f"{name}.model"
+
+
+def test_swap_keeps_the_model_and_reloads_with_transformers(tmp_path):
+    de = _spm(tmp_path, "de", ["das haus ist gross", "das boot ist klein"] * 20, 20)
+    en = _spm(tmp_path, "en", ["the house is big", "the boat is small"] * 20, 20)
+    src, tgt = pair(Vocab.from_spm(de), Vocab.from_spm(en))
+    model = build_model(ARCH, src, tgt, seed=0)
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    mats = matrices(model)
+    assert mats["output"] is None  # tied
+    # the same target pieces in reverse order: rows follow the tokens, so the outputs must not change
+    pieces = [t for t in tgt.tokens[2:-1] if not t.startswith("<unused_")]
+    tgt2 = Vocab(["</s>", "<unk>", *pieces[::-1], *[t for t in tgt.tokens if t.startswith("<unused_")], "<pad>"],
+                 tgt.sp, tgt.spm_bytes)
+    src2, tgt2 = pair(src, tgt2)
+    assert len(src2) == len(tgt2) == len(tgt) and tgt2.tokens != tgt.tokens
+    order = [tgt.tokens.index(t) for t in tgt2.tokens]
+    src_order = [src.tokens.index(t) for t in src2.tokens]
+    new = swap_embeddings(model, src2, tgt2, mats["encoder"][src_order], mats["decoder"][order], mats["bias"][order])
+    assert new.lm_head.weight.data_ptr() == new.get_decoder().embed_tokens.weight.data_ptr()
+    save_model(new, src2, tgt2, tmp_path / "out")
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out", use_safetensors=True).eval()
+    tok = MarianTokenizer.from_pretrained(tmp_path / "out")
+    batch = tok(["das haus ist klein"], return_tensors="pt")
+    assert batch["input_ids"][0].tolist() == src2.encode(["das haus ist klein"])[0].tolist()
+    start = torch.tensor([[tgt2.pad_id, tgt2.tokens.index(pieces[0])]])
+    old_start = torch.tensor([[tgt.pad_id, tgt.tokens.index(pieces[0])]])
+    old_ids = torch.tensor([src.encode(["das haus ist klein"])[0].tolist()])
+    with torch.no_grad():
+        before = model.eval()(input_ids=old_ids, decoder_input_ids=old_start).logits[0]
+        after = reloaded(input_ids=batch["input_ids"], decoder_input_ids=start).logits[0]
+    real = [i for i, t in enumerate(tgt2.tokens) if not t.startswith("<unused_") and t != "<pad>"]
+    np.testing.assert_allclose(after[:, real].numpy(), before[:, [order[i] for i in real]].numpy(), atol=1e-5)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["decoder_vocab_size"] == len(tgt2) and config["pad_token_id"] == tgt2.pad_id
+
+
+@pytest.mark.parametrize(("method", "sides"), [(m, "both") for m in ("ft-tgtv-random", "va-cbow", "va-linear",
+                                                                      "va-llm", "fvt", "focus")]
+                         + [("va-llm", "decoder"), ("fvt", "decoder")])
+def test_every_method_builds_a_model_that_reloads(tmp_path, method, sides):
+    de_lines = ["das haus ist gross", "das boot ist klein", "ein haus am see"] * 20
+    en_lines = ["the house is big", "the boat is small", "a house by the lake"] * 20
+    old = pair(Vocab.from_spm(_spm(tmp_path, "de_old", de_lines, 26)),
+               Vocab.from_spm(_spm(tmp_path, "en_old", en_lines, 26)))
+    save_model(build_model(ARCH, *old, seed=0), *old, tmp_path / "pretrained")
+    new_de = _spm(tmp_path, "de_new", [x.replace("haus", "hütte") for x in de_lines], 30)
+    new_en = _spm(tmp_path, "en_new", [x.replace("house", "hut") for x in en_lines], 30)
+    cbows = {}
+    for role, path, lines in (("src", new_de, de_lines), ("tgt", new_en, en_lines)):
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+        pieces = sorted({p for line in lines for p in sp.encode(line, out_type=str)} | {
+            sp.id_to_piece(i) for i in range(sp.get_piece_size())})
+        rng = np.random.default_rng(len(role))
+        vectors = KeyedVectors(vector_size=ARCH.d_model)
+        vectors.add_vectors(pieces, rng.normal(size=(len(pieces), ARCH.d_model)).astype(np.float32))
+        save_vectors(vectors, tmp_path / f"{role}.bin")
+        cbows[role] = tmp_path / f"{role}.bin"
+    res = Resources(pretrained=tmp_path / "pretrained", downstream_spm={"src": new_de, "tgt": new_en}, cbow=cbows,
+                    knobs=knobs_for(method, {method: TransferMethod(sides=sides, k=2)}))
+    model, src, tgt, diagnostics = METHODS[method].build(res)
+    assert diagnostics["decoder"]["adapted"] and diagnostics["encoder"]["adapted"] == (sides == "both")
+    save_model(model, src, tgt, tmp_path / "out")
+    reloaded, src2, tgt2 = load_model(tmp_path / "out")
+    assert tgt2.sp.serialized_model_proto() == Vocab.from_spm(new_en).spm_bytes
+    old_src_proto = spm.SentencePieceProcessor(model_file=str(tmp_path / "de_old.model")).serialized_model_proto()
+    assert (src2.spm_bytes == old_src_proto) == (sides == "decoder")
+    assert not any(torch.isnan(p).any() for p in reloaded.parameters())
+    out = reloaded.generate(input_ids=torch.tensor([src2.encode(["das haus"])[0].tolist()]), max_new_tokens=5)
+    assert out.shape[0] == 1
+
+
+def test_methods_are_one_interface():
+    for name in ("va-llm", "focus", "fvt"):
+        assert METHODS[name].build.keywords["initializer"].func is anchors
+    assert isinstance(METHODS["va-llm"].build.keywords["initializer"], partial)
