@@ -10,6 +10,7 @@ CHECKPOINTS = Path("data/checkpoints")
 PLOTS = Path("data/plots")
 METRICS = Path("data/metrics")
 REPORTS = Path("data/reports")
+DIAGNOSTICS = Path("data/diagnostics")
 
 
 def init_model(method: str) -> Path:
@@ -24,14 +25,21 @@ def evaluation(method: str) -> Path:
     return Path("data/eval") / method
 
 
-def method_stage_args(doc: str, argv: list[str]):
-    """The command line of a per-method stage: METHOD [--params FILE]; returns (method, params)."""
+def stage_args(doc: str, argv: list[str], per_method: bool = False):
+    """The command line of a stage: [METHOD] [--params FILE]; returns params, or (method, params)."""
     import argparse
 
     from vocabridge.config import load_params
 
     parser = argparse.ArgumentParser(description=doc)
-    parser.add_argument("method", help="a method name from params.yaml's `methods`")
+    if per_method:
+        parser.add_argument("method", help="a method name from params.yaml's `methods`")
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
-    return args.method, load_params(args.params)
+    params = load_params(args.params)
+    return (args.method, params) if per_method else params
+
+
+def method_stage_args(doc: str, argv: list[str]):
+    """The command line of a per-method stage: METHOD [--params FILE]; returns (method, params)."""
+    return stage_args(doc, argv, per_method=True)

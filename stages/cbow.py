@@ -5,11 +5,9 @@ Segmented with the downstream SentencePiece models; dimension = the pretrained m
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from stages import _paths as paths
-from vocabridge.config import load_params
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, write_json
@@ -18,9 +16,7 @@ from vocabridge.transfer.cbow import save_vectors, train_cbow
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", default="params.yaml")
-    params = load_params(parser.parse_args(argv).params)
+    params = paths.stage_args(__doc__, argv)
     dim = json.loads((paths.PRETRAINED / "config.json").read_text())["d_model"]
     corpus = paths.CORPORA / "downstream"
     stats = {}

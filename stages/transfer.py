@@ -1,8 +1,9 @@
 """Stage transfer@METHOD: build the method's initial model (vocabularies and embeddings) from the pretrained one.
 
 Writes the model directory with diagnostics.json (rows copied/projected/random, leave-one-out reconstruction,
-probe neighbours) and data/metrics/zero-shot/METHOD.json (greedy dev BLEU and dev perplexity before any
-fine-tuning).
+probe neighbours; also copied to data/diagnostics/METHOD.json for the report) and the numbers DVC tracks as
+metrics in data/metrics/transfer/METHOD.json: zero-shot greedy dev BLEU and dev perplexity before any
+fine-tuning, leave-one-out cosine per side.
 """
 
 from __future__ import annotations
@@ -30,14 +31,18 @@ def main(argv: list[str]) -> None:
                     knobs=knobs_for(name, params.transfer), diagnostics=params.diagnostics)
     torch.set_num_threads(params.finetune.train.threads)
     model, src, tgt, diagnostics = method.build(res)
+    diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
     with atomic_dir(paths.init_model(name)) as tmp:
         save_model(model, src, tgt, tmp)
-        write_json(tmp / "diagnostics.json", diagnostics | {"method": name, "vocab_size": {
-            "src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary})
+        write_json(tmp / "diagnostics.json", diagnostics)
     corpus, n = paths.CORPORA / "downstream", params.diagnostics.dev_sentences
     scores = zero_shot(model, src, tgt, read_text_lines(corpus / f"dev.{lang.src}")[:n],
                        read_text_lines(corpus / f"dev.{lang.tgt}")[:n])
-    write_json(paths.METRICS / "zero-shot" / f"{name}.json", scores)
+    for side in ("encoder", "decoder"):
+        loo = (diagnostics.get(side) or {}).get("leave_one_out")
+        scores[f"leave_one_out_cosine_{side}"] = loo["mean_cosine"] if loo else None
+    write_json(paths.DIAGNOSTICS / f"{name}.json", diagnostics)
+    write_json(paths.METRICS / "transfer" / f"{name}.json", scores)
     print(name, scores)
 
 

@@ -12,7 +12,8 @@ from vocabridge.config import LANGS
 from vocabridge.fileio import sha256_file
 
 pytestmark = pytest.mark.e2e
-METHODS = ["out-domain", "in-domain", "ft-srcv"]
+METHODS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
+ADAPTED = ["ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
 
 
 def lines(path: Path) -> list[str]:
@@ -44,7 +45,7 @@ def test_no_dev_or_test_verse_reaches_training_text(tiny_project):
         assert not training & held
 
 
-STAGES = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain",
+STAGES = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain", "cbow",
           *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate") for m in METHODS], "report"]
 
 
@@ -70,6 +71,45 @@ def test_report_has_every_baseline_with_significance(tiny_project):
     MarianTokenizer.from_pretrained(model_dir)
     curve = pd.read_csv(tiny_project / "data/plots/pretrain/dev_bleu.csv")
     assert list(curve["step"])[0] == 0 and len(curve) >= 2
+
+
+def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
+    import pandas as pd
+
+    table = pd.read_csv(tiny_project / "data/reports/results/report.csv").set_index("method")
+    assert (table.loc[METHODS, "zero_shot_dev_ppl"] > 1).all()
+    assert table.loc[["va-linear", "va-llm"], ["loo_cos_src", "loo_cos_tgt"]].notna().all().all()
+    assert "Nearest neighbours" in (tiny_project / "data/reports/results/report.md").read_text()
+    for method in ADAPTED:
+        init = tiny_project / "data/models/init" / method
+        diagnostics = json.loads((init / "diagnostics.json").read_text())
+        assert diagnostics == json.loads((tiny_project / "data/diagnostics" / f"{method}.json").read_text())
+        for side in ("encoder", "decoder"):
+            rows = diagnostics[side]["rows"]
+            assert sum(rows.values()) == pytest.approx(1, abs=1e-3)
+            expected = "random" if method == "ft-tgtv-random" else "projected"
+            assert rows[expected] > 0.5, (method, side, rows)
+        config = json.loads((init / "config.json").read_text())
+        vocab = json.loads((init / "target_vocab.json").read_text())
+        assert config["decoder_vocab_size"] == len(vocab) and config["pad_token_id"] == vocab["<pad>"]
+    llm = json.loads((tiny_project / "data/diagnostics/va-llm.json").read_text())
+    assert llm["decoder"]["k"] == 10 and "ill_conditioned" in llm["decoder"]
+    assert -1 <= llm["decoder"]["leave_one_out"]["mean_cosine"] <= 1 and llm["decoder"]["neighbours"]
+    cbow = json.loads((tiny_project / "data/cbow/stats.json").read_text())
+    assert cbow["de"]["dim"] == json.loads((tiny_project / "data/models/pretrained/config.json").read_text())["d_model"]
+
+
+def test_transfer_bad_knob_fails_cleanly_and_keeps_the_model(tiny_project, tmp_path):
+    params = yaml.safe_load((tiny_project / "params.yaml").read_text())
+    params["transfer"] = {"va-llm": {"k": 100000}}
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(params))
+    before = sha256_file(tiny_project / "data/models/init/va-llm/model.safetensors")
+    proc = run(["python", "-m", "stages.transfer", "va-llm", "--params", str(bad)], tiny_project)
+    assert proc.returncode == 2 and "k=100000 is larger than the" in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert sha256_file(tiny_project / "data/models/init/va-llm/model.safetensors") == before
+    assert not list((tiny_project / "data/models/init").glob(".*"))  # no half-written directory left
 
 
 def test_mismatch_report_and_models(tiny_project):
@@ -113,9 +153,11 @@ def test_overriding_one_param_reruns_only_what_depends_on_it(tiny_project):
     assert proc.returncode == 0, proc.stderr[-2000:]
     ran = sorted(line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage"))
     # transfer@* all read data/spm/downstream (cheap copies for the upstream-vocabulary methods, whose outputs
-    # then hash as before); training and translation rerun only for the method with the new vocabulary
-    assert [s for s in ran if not s.startswith("transfer@")] == [
-        "evaluate@in-domain", "finetune@in-domain", "mismatch", "report", "spm@downstream"]
+    # then hash as before); training and translation rerun only for the methods with the new vocabulary
+    downstream = ["in-domain", *ADAPTED]
+    assert [s for s in ran if not s.startswith("transfer@")] == sorted(
+        ["cbow", *[f"{stage}@{m}" for stage in ("evaluate", "finetune") for m in downstream], "mismatch", "report",
+         "spm@downstream"])
     report = json.loads((tiny_project / "data/reports/mismatch.json").read_text())
     assert report["de"]["vocab_size"]["new"] <= 900
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from vocabridge.config import apply_profile, flatten, read_yaml
+from vocabridge.config import Cbow, Diagnostics, SpmModel, TransferMethod, apply_profile, flatten, read_yaml
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 
@@ -39,6 +40,63 @@ def set_profile(name: str, params: Path = Path("params.yaml"), profiles: Path = 
     return changed
 
 
+ADAPT_METHODS = ("va-llm", "va-linear", "va-cbow", "ft-tgtv-random", "fvt", "focus")
+NEEDS_CBOW = ("va-llm", "va-linear", "va-cbow", "focus")
+
+
+def adapt(args: argparse.Namespace) -> dict:
+    """Give a user's Marian/OPUS-MT model vocabularies fitted to their in-domain text (see `adapt --help`)."""
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.fileio import atomic_dir, write_json
+    from vocabridge.nmt.model import check_model_dir, save_model
+    from vocabridge.tokenizers import train_spm
+    from vocabridge.transfer import Resources, get_method, knobs_for
+    from vocabridge.transfer.cbow import save_vectors, train_cbow
+
+    check_model_dir(args.model)
+    knobs = knobs_for(args.method, {args.method: TransferMethod(sides=args.sides, shared=args.shared, k=args.k,
+                                                                 reg=args.reg)})
+    roles = {"encoder": ("src", args.src_text), "decoder": ("tgt", args.tgt_text)}
+    adapted = ["encoder", "decoder"] if knobs.sides == "both" else [knobs.sides]
+    for side in adapted:
+        if not roles[side][1]:
+            raise ConfigError(f"adapt: --sides {knobs.sides} needs --{roles[side][0]}-text")
+    dim = _d_model(args.model)
+    with tempfile.TemporaryDirectory(prefix="vocabridge-adapt-") as work:
+        work = Path(work)
+        spm_files, cbow_files = {}, {}
+        for side in adapted:
+            role, files = roles[side]
+            lines = [line for f in files for line in read_text_lines(f)]
+            spm_files[role] = work / f"{role}.model"
+            spm_files[role].write_bytes(train_spm(lines, SpmModel(vocab_size=args.vocab_size), args.seed, args.threads,
+                                                  f"adapt.{role}"))
+            if args.method in NEEDS_CBOW:
+                import sentencepiece as spm
+
+                sp = spm.SentencePieceProcessor(model_file=str(spm_files[role]))
+                cfg = Cbow(window=args.cbow_window, epochs=args.cbow_epochs, min_count=1, threads=1, seed=args.seed)
+                cbow_files[role] = work / f"{role}.bin"
+                save_vectors(train_cbow(lines, sp, dim, cfg, role), cbow_files[role])
+        for role in ("src", "tgt"):  # the side that is kept still needs a path; it is not read
+            spm_files.setdefault(role, work / "unused.model")
+        res = Resources(pretrained=args.model, downstream_spm=spm_files, seed=args.seed, cbow=cbow_files, knobs=knobs,
+                        diagnostics=Diagnostics(probes=args.probes))
+        model, src, tgt, diagnostics = get_method(args.method).build(res)
+        diagnostics |= {"method": args.method, "vocab_size": {"src": len(src), "tgt": len(tgt)},
+                        "pretrained": str(args.model)}
+        with atomic_dir(args.out) as tmp:
+            save_model(model, src, tgt, tmp)
+            write_json(tmp / "diagnostics.json", diagnostics)
+    return diagnostics
+
+
+def _d_model(model_dir: Path) -> int:
+    import json
+
+    return int(json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["d_model"])
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="vocabridge", description="Vocabulary adaptation for NMT.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -46,10 +104,48 @@ def main(argv: list[str]) -> None:
     prof.add_argument("name")
     prof.add_argument("--params", type=Path, default=Path("params.yaml"))
     prof.add_argument("--profiles", type=Path, default=Path("profiles"))
+    ad = sub.add_parser(
+        "adapt", help="fit a Marian/OPUS-MT model's vocabularies to in-domain text",
+        description="Train SentencePiece models (and CBOW vectors) on your in-domain text, initialise the new "
+                    "tokens' embeddings from the model's own with one method, and write the adapted model "
+                    "directory (loads with transformers' AutoModelForSeq2SeqLM and MarianTokenizer). Fine-tune "
+                    "it on your in-domain pairs afterwards.")
+    ad.add_argument("--model", type=Path, required=True,
+                    help="the pretrained Marian/OPUS-MT directory (config.json, model.safetensors, *.spm, vocab)")
+    ad.add_argument("--src-text", type=Path, nargs="+", default=[],
+                    help="in-domain source-language text, one sentence per line (needed to adapt the encoder)")
+    ad.add_argument("--tgt-text", type=Path, nargs="+", default=[],
+                    help="in-domain target-language text, one sentence per line (needed to adapt the decoder)")
+    ad.add_argument("--out", type=Path, required=True, help="where to write the adapted model directory")
+    ad.add_argument("--method", choices=ADAPT_METHODS, default="va-llm",
+                    help="va-llm: locally linear map of CBOW neighbours (Sato et al. 2020); va-linear: orthogonal "
+                         "map of CBOW vectors; va-cbow: CBOW vectors as they are; ft-tgtv-random: random rows for "
+                         "new tokens; fvt: mean of the old pieces; focus: sparsemax over shared tokens "
+                         "(default va-llm)")
+    ad.add_argument("--sides", choices=("encoder", "decoder", "both"), default="both",
+                    help="which vocabularies to replace (default both)")
+    ad.add_argument("--shared", choices=("copy", "reproject"), default=None,
+                    help="tokens in both vocabularies: keep the pretrained row, or map them like new ones "
+                         "(default: reproject for va-*, copy otherwise)")
+    ad.add_argument("--k", type=int, default=None, help="va-llm: nearest shared neighbours (default 10)")
+    ad.add_argument("--reg", type=float, default=None,
+                    help="va-llm: regulariser x trace of the local Gram matrix (default 0.001; 0 = none)")
+    ad.add_argument("--vocab-size", type=int, default=8000,
+                    help="SentencePiece vocabulary size per language (default 8000)")
+    ad.add_argument("--cbow-window", type=int, default=5, help="CBOW context window (default 5)")
+    ad.add_argument("--cbow-epochs", type=int, default=5, help="CBOW training epochs (default 5)")
+    ad.add_argument("--probes", type=int, default=5,
+                    help="new tokens whose neighbours diagnostics.json lists (default 5)")
+    ad.add_argument("--seed", type=int, default=1, help="seed of SentencePiece, CBOW and random rows (default 1)")
+    ad.add_argument("--threads", type=int, default=2, help="SentencePiece training threads (default 2)")
     args = parser.parse_args(argv)
     if args.command == "profile":
         changed = set_profile(args.name, args.params, args.profiles)
         print(f"{args.params}: profile '{args.name}' applied, {len(changed)} keys changed")
+    elif args.command == "adapt":
+        diagnostics = adapt(args)
+        rows = {side: diagnostics[side]["rows"] for side in ("encoder", "decoder")}
+        print(f"{args.out}: adapted with {args.method}; rows {rows}")
 
 
 def entry() -> None:

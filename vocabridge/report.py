@@ -13,7 +13,8 @@ PUBLISHED = pd.DataFrame([
 ], columns=["method", "bleu"]).assign(source="published: Sato et al. 2020, Table 3, De-En IT->Law, 100k")
 
 COLUMNS = ["method", "bleu", "bleu_ci", "chrf", "ter", "delta_bleu", "p_value", "src_vocab", "tgt_vocab",
-           "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "updates", "best_update", "source"]
+           "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "updates", "best_update",
+           "zero_shot_dev_bleu", "zero_shot_dev_ppl", "loo_cos_src", "loo_cos_tgt", "source"]
 
 
 def build_table(rows: list[dict], baseline: str) -> pd.DataFrame:
@@ -35,6 +36,24 @@ def to_markdown(table: pd.DataFrame) -> str:
         cells = ["" if pd.isna(v) else (f"{v:.4g}" if isinstance(v, float) else str(v)) for v in row]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def neighbours_markdown(diagnostics: dict[str, dict]) -> str:
+    """Nearest neighbours of probe tokens in CBOW space and, after mapping, among the pretrained rows."""
+    lines = []
+    for method, diag in diagnostics.items():
+        for side in ("encoder", "decoder"):
+            probes = (diag.get(side) or {}).get("neighbours") or {}
+            if not probes:
+                continue
+            if not lines:
+                lines += ["", "## Nearest neighbours of new tokens (before: CBOW space; after: pretrained rows)", ""]
+            lines += [f"**{method}, {side}**", "", "| token | kind | CBOW | pretrained, after mapping |",
+                      "|---|---|---|---|"]
+            for token, nb in probes.items():
+                lines.append(f"| {token} | {nb['kind']} | {' '.join(nb['cbow'])} | {' '.join(nb['pretrained'])} |")
+            lines.append("")
+    return "\n".join(lines)
 
 
 def bleu_plot(table: pd.DataFrame, path: Path) -> None:

@@ -1,0 +1,80 @@
+"""`vocabridge adapt`: a user's Marian model and in-domain text in, an adapted model directory out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
+
+from tests.conftest import project_env
+from vocabridge.config import SpmModel
+from vocabridge.nmt.model import build_model, save_model
+from vocabridge.nmt.vocab import pair_vocabs
+from vocabridge.tokenizers import train_spm
+
+ARCH = SimpleNamespace(d_model=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32, dropout=0.0,
+                       attention_dropout=0.0, max_positions=64)
+DE_IT = ["Datei öffnen", "Datei speichern unter", "Drucker nicht gefunden", "Fenster schließen"] * 30
+EN_IT = ["Open file", "Save file as", "Printer not found", "Close window"] * 30
+DE_BIBLE = ["Und Gott sprach: Es werde Licht", "Im Anfang schuf Gott Himmel und Erde",
+            "Und es ward Licht, und Gott sah das Licht"] * 30
+EN_BIBLE = ["And God said, Let there be light", "In the beginning God created the heaven and the earth",
+            "And there was light, and God saw the light"] * 30
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapt")
+    spm_cfg = SpmModel(vocab_size=40, hard_vocab_limit=False)
+    src, tgt = pair_vocabs(train_spm(DE_IT, spm_cfg, 1, 1, "de"), train_spm(EN_IT, spm_cfg, 1, 1, "en"))
+    save_model(build_model(ARCH, src, tgt, seed=0), src, tgt, root / "opus-mt")
+    (root / "bible.de").write_text("\n".join(DE_BIBLE) + "\n", encoding="utf-8")
+    (root / "bible.en").write_text("\n".join(EN_BIBLE) + "\n", encoding="utf-8")
+    return root
+
+
+def adapt(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vocabridge.cli", "adapt", *args], capture_output=True, text=True,
+                          env=project_env(), timeout=600)
+
+
+def test_adapt_writes_a_model_that_transformers_loads(user_files):
+    out = user_files / "adapted"
+    proc = adapt("--model", str(user_files / "opus-mt"), "--src-text", str(user_files / "bible.de"),
+                 "--tgt-text", str(user_files / "bible.en"), "--out", str(out), "--method", "va-llm", "--k", "3",
+                 "--vocab-size", "60")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    diagnostics = json.loads((out / "diagnostics.json").read_text())
+    assert diagnostics["method"] == "va-llm" and diagnostics["decoder"]["rows"]["projected"] > 0.5
+    tok = MarianTokenizer.from_pretrained(out)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out, use_safetensors=True)
+    assert "▁Gott" in tok.get_vocab() and "▁God" in tok.get_vocab()  # fitted to the new domain
+    batch = tok(["Und Gott sprach"], return_tensors="pt")
+    with torch.no_grad():
+        generated = model.generate(**batch, max_new_tokens=4)
+    assert generated.shape[0] == 1
+
+
+def test_adapt_bad_input_is_one_line_and_writes_nothing(user_files):
+    out = user_files / "never"
+    not_marian = user_files / "not-a-model"
+    not_marian.mkdir()
+    (not_marian / "config.json").write_text("{}")
+    cases = [
+        (["--model", str(not_marian), "--tgt-text", str(user_files / "bible.en"), "--sides", "decoder"],
+         "not a Marian model directory"),
+        (["--model", str(user_files / "opus-mt"), "--tgt-text", str(user_files / "bible.en"), "--sides", "decoder",
+          "--k", "500", "--vocab-size", "60"], "k=500 is larger than the"),
+        (["--model", str(user_files / "opus-mt"), "--sides", "both", "--tgt-text", str(user_files / "bible.en")],
+         "--sides both needs --src-text"),
+    ]
+    for args, message in cases:
+        proc = adapt(*args, "--out", str(out))
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert not out.exists()
