@@ -25,9 +25,16 @@ def main(argv: list[str]) -> None:
     model, src, tgt = load_model(paths.finetuned(method), str(device_of(cfg.device)))
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
-    hyps, speed = translate(model, src, tgt, sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                            batch_tokens=cfg.batch_tokens, bf16=cfg.bf16)
-    metrics = {"method": method, "test_sentences": len(sources), "beam": cfg.beam,
+    if cfg.decoder == "ctranslate2":
+        from vocabridge.ct2 import translate_ct2
+
+        hyps, speed = translate_ct2(paths.finetuned(method), sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
+                                    batch_tokens=cfg.batch_tokens, threads=cfg.threads,
+                                    device=device_of(cfg.device).type)
+    else:
+        hyps, speed = translate(model, src, tgt, sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
+                                batch_tokens=cfg.batch_tokens, bf16=cfg.bf16)
+    metrics = {"method": method, "decoder": cfg.decoder, "test_sentences": len(sources), "beam": cfg.beam,
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed}
     with atomic_dir(paths.evaluation(method)) as tmp:

@@ -22,20 +22,22 @@ from vocabridge.transfer.diagnostics import zero_shot
 def main(argv: list[str]) -> None:
     name, params = paths.method_stage_args(__doc__, argv)
     method = get_method(name)
-    lang = params.lang
+    lang, corpus = params.lang, paths.CORPORA / "downstream"
     res = Resources(pretrained=paths.PRETRAINED,
                     downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
                                     "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},
                     seed=params.finetune.train.seed,
                     cbow={"src": paths.CBOW / f"{lang.src}.bin", "tgt": paths.CBOW / f"{lang.tgt}.bin"},
-                    knobs=knobs_for(name, params.transfer), diagnostics=params.diagnostics)
+                    knobs=knobs_for(name, params.transfer), diagnostics=params.diagnostics,
+                    text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
+                          for role, code in (("src", lang.src), ("tgt", lang.tgt))})
     torch.set_num_threads(params.finetune.train.threads)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
     with atomic_dir(paths.init_model(name)) as tmp:
         save_model(model, src, tgt, tmp)
         write_json(tmp / "diagnostics.json", diagnostics)
-    corpus, n = paths.CORPORA / "downstream", params.diagnostics.dev_sentences
+    n = params.diagnostics.dev_sentences
     scores = zero_shot(model, src, tgt, read_text_lines(corpus / f"dev.{lang.src}")[:n],
                        read_text_lines(corpus / f"dev.{lang.tgt}")[:n])
     for side in ("encoder", "decoder"):

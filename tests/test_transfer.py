@@ -251,8 +251,8 @@ def test_swap_keeps_the_model_and_reloads_with_transformers(tmp_path):
 
 
 @pytest.mark.parametrize(("method", "sides"), [(m, "both") for m in ("ft-tgtv-random", "va-cbow", "va-linear",
-                                                                      "va-llm", "fvt", "focus")]
-                         + [("va-llm", "decoder"), ("fvt", "decoder")])
+                                                                      "va-llm", "fvt", "focus", "avg-eg", "fwet")]
+                         + [("va-llm", "decoder"), ("avg-eg", "decoder")])
 def test_every_method_builds_a_model_that_reloads(tmp_path, method, sides):
     de_lines = ["das haus ist gross", "das boot ist klein", "ein haus am see"] * 20
     en_lines = ["the house is big", "the boat is small", "a house by the lake"] * 20
@@ -271,8 +271,12 @@ def test_every_method_builds_a_model_that_reloads(tmp_path, method, sides):
         vectors.add_vectors(pieces, rng.normal(size=(len(pieces), ARCH.d_model)).astype(np.float32))
         save_vectors(vectors, tmp_path / f"{role}.bin")
         cbows[role] = tmp_path / f"{role}.bin"
+    texts = {}
+    for role, lines in (("src", de_lines), ("tgt", en_lines)):
+        texts[role] = [tmp_path / f"text.{role}"]
+        texts[role][0].write_text("\n".join(lines) + "\n", encoding="utf-8")
     res = Resources(pretrained=tmp_path / "pretrained", downstream_spm={"src": new_de, "tgt": new_en}, cbow=cbows,
-                    knobs=knobs_for(method, {method: TransferMethod(sides=sides, k=2)}))
+                    text=texts, knobs=knobs_for(method, {method: TransferMethod(sides=sides, k=2)}))
     model, src, tgt, diagnostics = METHODS[method].build(res)
     assert diagnostics["decoder"]["adapted"] and diagnostics["encoder"]["adapted"] == (sides == "both")
     save_model(model, src, tgt, tmp_path / "out")
@@ -289,3 +293,134 @@ def test_methods_are_one_interface():
     for name in ("va-llm", "focus", "fvt"):
         assert METHODS[name].build.keywords["initializer"].func is anchors
     assert isinstance(METHODS["va-llm"].build.keywords["initializer"], partial)
+
+
+# --- Liu et al.'s Sm(w) and generators, Duan & Zhao's FWET ------------------------------------------------------
+
+
+class Segmenter:
+    """A tokenizer with fixed, hand-written segmentations (SentencePiece's encode signature)."""
+
+    def __init__(self, table: dict[str, list[str]]):
+        self.table = table
+
+    def encode(self, words, out_type=str):
+        return [list(self.table[w]) for w in words]
+
+    def encode_as_pieces(self, text):
+        return list(self.table[text.strip()])
+
+
+def test_sm_members_and_relations_handle_the_word_boundary_marker():
+    from vocabridge.transfer.morph import HYPER_INFIX, HYPER_PREFIX, HYPER_SUFFIX, INFIX, PREFIX, SUFFIX, MorphIndex
+
+    old = ["</s>", "<unk>", "▁nothing", "▁no", "th", "ing", "▁things", "something", "▁thing", "<pad>"]
+    seg = Segmenter({"nothingness": ["▁no", "th", "ing", "ness"], "thin": ["th", "in"]})
+    index = MorphIndex(old, seg, max_members=10)
+    idx = {t: i for i, t in enumerate(old)}
+    # a word-initial token: its pieces (prefix, infix, ...), no hyperwords but word-initial ones
+    assert index.subwords("▁nothingness") == [(idx["▁no"], PREFIX), (idx["th"], INFIX), (idx["ing"], SUFFIX)]
+    assert index.hyperwords("▁thin") == [(idx["▁things"], HYPER_PREFIX), (idx["▁thing"], HYPER_PREFIX)]
+    # a word-internal token matches inside words, never the start of a word-initial token
+    hyper = dict(index.hyperwords("thin"))
+    assert hyper == {idx["▁nothing"]: HYPER_INFIX, idx["something"]: HYPER_INFIX}
+    assert dict(index.hyperwords("ing"))[idx["▁nothing"]] == HYPER_SUFFIX
+    assert dict(index.hyperwords("some"))[idx["something"]] == HYPER_PREFIX
+    capped = MorphIndex(old, seg, max_members=2).members("thin")
+    assert capped == [(idx["th"], PREFIX), (idx["▁nothing"], HYPER_INFIX)]  # subwords first, then by rank
+
+
+def test_hyperword_index_matches_a_brute_force_scan():
+    from vocabridge.transfer.morph import MorphIndex
+
+    rng = np.random.default_rng(0)
+    letters = list("abcde")
+    old = ["</s>", "<unk>"] + sorted({("▁" if rng.random() < 0.5 else "") + "".join(rng.choice(letters, rng.integers(
+        1, 6))) for _ in range(300)}) + ["<pad>"]
+    index = MorphIndex(old, None, max_members=1000)
+    for w in ["ab", "▁ab", "c", "▁c", "dea"]:
+        found = {i for i, _ in index.hyperwords(w)}
+        body = w.lstrip("▁")
+        brute = {i for i, t in enumerate(old[2:-1], start=2) if t != w and (
+            t.startswith(w) if w.startswith("▁") else body in t.lstrip("▁")[1:] or (
+                not t.startswith("▁") and t.startswith(body)))}
+        assert found == brute, w
+
+
+def test_generators_follow_the_equations():
+    from vocabridge.transfer.generator import Generator
+
+    emb = torch.tensor([[1.0, 0.0], [0.0, 2.0], [4.0, 4.0]])
+    ids, rel = torch.tensor([[0, 1, 0]]), torch.tensor([[0, 3, 0]])
+    mask = torch.tensor([[True, True, False]])
+    np.testing.assert_allclose(Generator("avg", 2)(emb, ids, rel, mask).detach().numpy(), [[0.5, 1.0]])
+    # an untrained attention generator is avg
+    np.testing.assert_allclose(Generator("att", 2)(emb, ids, rel, mask).detach().numpy(), [[0.5, 1.0]])
+    att = Generator("att", 2)
+    with torch.no_grad():
+        att.w.copy_(torch.tensor([0.0, 1.0]))  # scores 0 and 2
+    p = np.exp(2) / (1 + np.exp(2))
+    np.testing.assert_allclose(att(emb, ids, rel, mask).detach().numpy(), [[1 - p, 2 * p]], rtol=1e-6)
+    patt = Generator("patt", 2)
+    with torch.no_grad():
+        patt.w[3] = torch.tensor([0.0, 1.0])  # relation 3 scores E . (0, 1) = 2; relation 0 scores 0
+    # Eq. 3 divides by |Sm(w)| = 2
+    np.testing.assert_allclose(patt(emb, ids, rel, mask).detach().numpy(), [[(1 - p) / 2, 2 * p / 2]], rtol=1e-6)
+    code = Generator("patt", 2, patt_scale="code")
+    code.load_state_dict(patt.state_dict())
+    np.testing.assert_allclose(code(emb, ids, rel, mask).detach().numpy(), [[1 - p, 2 * p]], rtol=1e-6)
+    none = Generator("att", 2)(emb, ids, rel, torch.zeros_like(mask))
+    assert torch.equal(none, torch.zeros(1, 2))
+
+
+def test_generator_files_are_safetensors(tmp_path):
+    from vocabridge.transfer.generator import Generator, load_generator, save_generator
+
+    gen = Generator("patt", 4, patt_scale="code")
+    with torch.no_grad():
+        gen.w.normal_()
+    save_generator(gen, tmp_path / "g.safetensors")
+    back = load_generator(tmp_path / "g.safetensors", 4)
+    assert back.kind == "patt" and back.patt_scale == "code" and torch.equal(back.w, gen.w)
+    with pytest.raises(InputError, match="dimension 4, the model's embeddings 8"):
+        load_generator(tmp_path / "g.safetensors", 8)
+    with pytest.raises(InputError, match="run `dvc repro generator`"):
+        load_generator(tmp_path / "missing.safetensors", 4)
+
+
+def test_avg_eg_is_the_mean_of_sm(side):
+    from vocabridge.transfer.methods import generated
+
+    old = ["</s>", "<unk>", "▁sun", "shine", "▁sunshine", "▁sunny", "<pad>"]
+    new = ["</s>", "<unk>", "▁sun", "▁sunsh", "<pad>"]
+    seg = Segmenter({"sunsh": ["▁sun", "sh"]})
+    emb = np.random.default_rng(0).normal(size=(len(old), D)).astype(np.float32)
+    plan = generated(Side("decoder", old, new, emb, None, seg), knobs(max_members=10, patt_scale="paper"),
+                     np.random.default_rng(0))
+    # subwords: ▁sun (sh is not a pretrained piece); hyperwords: ▁sunshine
+    expected = emb[[old.index("▁sun"), old.index("▁sunshine")]].mean(0)
+    np.testing.assert_allclose(plan.apply(emb)[new.index("▁sunsh")], expected, atol=1e-6)
+    np.testing.assert_array_equal(plan.apply(emb)[new.index("▁sun")], emb[old.index("▁sun")])
+
+
+def test_fwet_counts_follow_algorithm_1():
+    from vocabridge.transfer.methods import fwet, fwet_counts
+
+    old = ["</s>", "<unk>", "▁the", "▁un", "to", "▁he", "ll", "o", "<pad>"]
+    new = ["</s>", "<unk>", "▁the", "▁unto", "▁hel", "lo", "<pad>"]
+    new_seg = Segmenter({"the": ["▁the"], "unto": ["▁unto"], "hello": ["▁hel", "lo"]})
+    old_seg = Segmenter({"the": ["▁the"], "unto": ["▁un", "to"], "hello": ["▁he", "ll", "o"]})
+    side = Side("decoder", old, new, np.eye(len(old), dtype=np.float32), new_sp=new_seg, old_sp=old_seg,
+                text=["the unto the", "hello unto"])
+    c = fwet_counts(side).toarray()
+    n, o = {t: i for i, t in enumerate(new)}, {t: i for i, t in enumerate(old)}
+    assert c[n["▁the"], o["▁the"]] == 2  # identical pieces count 1 per occurrence
+    assert c[n["▁unto"], o["▁un"]] == c[n["▁unto"], o["to"]] == 2 * 2 / 1  # len(old)/len(new) per occurrence
+    for piece in ("▁hel", "lo"):
+        for other in ("▁he", "ll", "o"):
+            assert c[n[piece], o[other]] == pytest.approx(3 / 2)
+    normalized = fwet(side, knobs(fwet_weights="normalized"), np.random.default_rng(0))
+    np.testing.assert_allclose(normalized.apply(side.emb)[n["▁hel"]][[o["▁he"], o["ll"], o["o"]]], [1 / 3] * 3,
+                               atol=1e-6)
+    soft = fwet(side, knobs(fwet_weights="softmax"), np.random.default_rng(0))
+    np.testing.assert_allclose(soft.apply(side.emb)[n["▁unto"]][[o["▁un"], o["to"]]], [0.5, 0.5], atol=1e-6)

@@ -198,6 +198,9 @@ class TransferMethod:
     shared: Literal["copy", "reproject"] | None = None  # tokens in both vocabularies: keep the row, or map it
     k: int | None = None  # va-llm: nearest shared neighbours
     reg: float | None = None  # va-llm: regulariser x trace(C) added to the local Gram matrix; 0 = none
+    max_members: int | None = None  # avg-eg/att-eg/patt-eg: size cap of Sm(w) (subwords + hyperwords)
+    patt_scale: Literal["paper", "code"] | None = None  # patt-eg: keep Eq. 3's 1/|Sm(w)| (paper) or not (code)
+    fwet_weights: Literal["softmax", "normalized"] | None = None  # fwet: softmax of raw counts (paper) or shares
 
 
 @dataclass
@@ -212,6 +215,7 @@ class Diagnostics:
 
 @dataclass
 class Evaluate:
+    decoder: Literal["transformers", "ctranslate2"] = "transformers"  # ctranslate2: same outputs, ~3x faster
     beam: int = 5
     length_penalty: float = 1.0
     batch_tokens: int = 6000

@@ -19,12 +19,14 @@ import numpy as np
 from transformers import MarianMTModel
 
 from vocabridge.config import Diagnostics, TransferMethod
+from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import ConfigError
 from vocabridge.nmt.model import build_model, load_model
 from vocabridge.nmt.vocab import Vocab, pair_vocabs
 from vocabridge.transfer.cbow import load_vectors
 from vocabridge.transfer.diagnostics import leave_one_out, neighbours
-from vocabridge.transfer.methods import anchors, cbow, linear, random_init
+from vocabridge.transfer.focus_ref import build as focus_reference
+from vocabridge.transfer.methods import anchors, cbow, fwet, generated, linear, random_init
 from vocabridge.transfer.plan import Side
 from vocabridge.transfer.swap import matrices, pair, swap_embeddings
 
@@ -37,8 +39,10 @@ class Resources:
     downstream_spm: dict[str, Path]  # the adapted vocabularies' SentencePiece models, by role (src, tgt)
     seed: int = 1
     cbow: dict[str, Path] = field(default_factory=dict)  # the new domain's CBOW vectors, by role (src, tgt)
+    text: dict[str, list[Path]] = field(default_factory=dict)  # the new domain's training text, by role (fwet)
     knobs: TransferMethod = field(default_factory=TransferMethod)  # resolved: no None left
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
+    corpus: Path | None = None  # the downstream corpus folder (train.LANG, mono.LANG): focus-ref trains on it
 
 
 Built = tuple[MarianMTModel, Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
@@ -83,7 +87,8 @@ def adapt(res: Resources, initializer: Callable, check_loo: bool = True) -> Buil
         emb = mats[name]
         aux_file = res.cbow.get(role)
         aux = load_vectors(aux_file, emb.shape[1]) if name in chosen and aux_file else None
-        side = Side(name, old.tokens, new.tokens, emb, aux, old.sp, str(aux_file))
+        text = [line for f in res.text.get(role, []) for line in read_text_lines(f)] if name in chosen else None
+        side = Side(name, old.tokens, new.tokens, emb, aux, old.sp, str(aux_file), new.sp, text or None)
         rng = np.random.default_rng(res.seed)
         if name not in chosen:
             plans[name] = random_init(side, dataclasses.replace(knobs, shared="copy"), rng)
@@ -106,7 +111,8 @@ def adapted(initializer: Callable, **kw) -> Callable[[Resources], Built]:
     return partial(adapt, initializer=initializer, **kw)
 
 
-DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3)
+DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_members=10, patt_scale="paper",
+                               fwet_weights="softmax")
 REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
 
 METHODS: dict[str, Method] = {
@@ -118,8 +124,14 @@ METHODS: dict[str, Method] = {
     "va-linear": Method(adapted(linear), defaults=REPROJECT),
     "va-llm": Method(adapted(partial(anchors, select="knn", weighting="lle")), defaults=REPROJECT),
     "focus": Method(adapted(partial(anchors, select="all", weighting="sparsemax"))),
+    # the FOCUS reference implementation itself (optional extra `focus`), its own fastText vectors
+    "focus-ref": Method(focus_reference),
     # no leave-one-out for fvt: the pretrained tokenizer still knows every hidden token
     "fvt": Method(adapted(partial(anchors, select="pieces", weighting="mean"), check_loo=False)),
+    # Liu et al. 2021 adapt the decoder only; `transfer.avg-eg.sides: both` gives the both-sides row
+    "avg-eg": Method(adapted(generated), defaults={"sides": "decoder"}),
+    # no leave-one-out for fwet: the pretrained tokenizer still segments text into the hidden tokens
+    "fwet": Method(adapted(fwet, check_loo=False)),
 }
 
 

@@ -5,17 +5,23 @@
 - linear (va-linear): CBOW vectors mapped by the orthogonal Procrustes map fitted on shared tokens;
 - anchors: each new token a weighted combination of pretrained rows of anchor tokens; the configurations are
   va-llm (k nearest shared tokens in CBOW space, locally linear weights), focus (all shared tokens, sparsemax
-  over CBOW cosine, as FOCUS) and fvt (the token's pieces under the pretrained tokenizer, equal weights).
+  over CBOW cosine, as FOCUS) and fvt (the token's pieces under the pretrained tokenizer, equal weights);
+- generated (avg-eg, Liu et al. 2021): a generator's weights over Sm(w), the token's subwords and hyperwords
+  in the pretrained vocabulary (morph.py, generator.py);
+- fwet (Duan & Zhao 2023, Algorithm 1): weights from co-segmentation counts of the new domain's text under
+  the new and the pretrained tokenizer.
 
 Knobs (`shared`, `k`, `reg`) come from params.yaml's `transfer.<method>`, with each method's defaults.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Literal
 
 import numpy as np
 import torch
+from scipy import sparse
 
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.transfer.plan import (
@@ -103,3 +109,80 @@ def _pieces(side: Side, builder: PlanBuilder, todo: np.ndarray, rng: np.random.G
     if ids:
         builder.combine(np.array(ids), np.array(cols), np.array(weights, dtype=np.float32))
     return builder.build(rng, segmented=len(ids))
+
+
+def generated(side: Side, knobs, rng: np.random.Generator, *, generator=None) -> Plan:
+    """Liu et al.'s embedding generators: G(w) from Sm(w); without a trained generator, avg (Eq. 1)."""
+    from vocabridge.transfer.generator import Generator
+    from vocabridge.transfer.morph import MorphIndex
+
+    if side.old_sp is None:
+        raise InputError(f"{side.name}: the embedding generator needs the pretrained SentencePiece model")
+    builder = PlanBuilder(side, knobs.shared)
+    todo = builder.todo
+    index = MorphIndex(side.old_tokens, side.old_sp, knobs.max_members)
+    ids, rel, mask = index.batch([side.new_tokens[i] for i in todo.tolist()])
+    gen = generator or Generator("avg", side.emb.shape[1], knobs.patt_scale)
+    with torch.no_grad():
+        members = torch.from_numpy(side.emb)[torch.from_numpy(ids)]
+        w = gen.weights(members, torch.from_numpy(rel), torch.from_numpy(mask)).numpy()
+    has = mask.any(1)
+    builder.combine(todo[has], ids[has], w[has])
+    sizes = mask.sum(1)
+    return builder.build(rng, generator=gen.kind, with_members=int(has.sum()), without_members=int((~has).sum()),
+                         mean_members=round(float(sizes[has].mean()), 2) if has.any() else 0.0)
+
+
+def fwet_counts(side: Side) -> sparse.csr_matrix:
+    """Algorithm 1 of Duan & Zhao (2023), word by word: equal leading/trailing pieces count 1 each; the
+    remaining pieces of the new and the pretrained segmentation pair up with weight len(old) / len(new).
+    Counts are (new token, old token), accumulated over every occurrence of every word of the text."""
+    if side.text is None or side.new_sp is None or side.old_sp is None:
+        raise InputError(f"{side.name}: fwet needs the new domain's text and both SentencePiece models")
+    words = Counter(w for line in side.text for w in line.split())
+    if not words:
+        raise InputError(f"{side.name}: fwet found no text to count")
+    unique = list(words)
+    new_index = {tok: i for i, tok in enumerate(side.new_tokens)}
+    counts: Counter = Counter()
+    for word, new, old in zip(unique, side.new_sp.encode(unique, out_type=str),
+                              side.old_sp.encode(unique, out_type=str), strict=True):
+        freq = words[word]
+        while new and old and new[0] == old[0]:
+            counts[new.pop(0), old.pop(0)] += freq
+        while new and old and new[-1] == old[-1]:
+            counts[new.pop(), old.pop()] += freq
+        if new and old:
+            weight = freq * len(old) / len(new)
+            for n in new:
+                for o in old:
+                    counts[n, o] += weight
+    rows, cols, vals = [], [], []
+    for (n, o), c in counts.items():
+        if n in new_index and o in side.old_index:
+            rows.append(new_index[n])
+            cols.append(side.old_index[o])
+            vals.append(c)
+    return sparse.csr_matrix((vals, (rows, cols)), shape=(len(side.new_tokens), len(side.old_tokens)))
+
+
+def fwet(side: Side, knobs, rng: np.random.Generator) -> Plan:
+    """Each new token = softmax over its co-segmentation counts (paper: raw counts) . pretrained rows."""
+    builder = PlanBuilder(side, knobs.shared)
+    counts = fwet_counts(side)
+    ids, cols, weights = [], [], []
+    for i in builder.todo.tolist():
+        row = counts.getrow(i)
+        if not row.nnz:
+            continue
+        c = row.data.astype(np.float64)
+        w = np.exp(c - c.max()) if knobs.fwet_weights == "softmax" else c
+        ids.append(i)
+        cols.append(row.indices)
+        weights.append(w / w.sum())
+    width = max((len(c) for c in cols), default=1)
+    pad = [np.pad(c, (0, width - len(c))) for c in cols]
+    padw = [np.pad(w, (0, width - len(w))) for w in weights]
+    if ids:
+        builder.combine(np.array(ids), np.array(pad), np.array(padw, dtype=np.float32))
+    return builder.build(rng, counted=len(ids), weights=knobs.fwet_weights)

@@ -41,8 +41,10 @@ class Side:
     new_tokens: list[str]
     emb: np.ndarray  # (len(old_tokens), d): the model's rows, float32
     aux: KeyedVectors | None = None  # CBOW vectors of the new domain, keyed by new pieces
-    old_sp: spm.SentencePieceProcessor | None = None  # the pretrained tokenizer (fvt)
+    old_sp: spm.SentencePieceProcessor | None = None  # the pretrained tokenizer (fvt, Sm(w), fwet)
     aux_file: str = "CBOW vectors"  # named in errors
+    new_sp: spm.SentencePieceProcessor | None = None  # the new tokenizer (fwet)
+    text: list[str] | None = None  # the new domain's training text in this side's language (fwet)
 
     @cached_property
     def old_index(self) -> dict[str, int]:
