@@ -18,6 +18,10 @@ language):
   tokens fastText has no vector for (FOCUS's N(mean, std) of the pretrained rows, seeded). Specials are
   copied and `<unused_i>` fillers stay empty, as in every method.
 
+One difference from our `focus` is FOCUS's own: its anchors are all overlapping tokens with a fastText vector,
+specials included, and fastText's end-of-line token `</s>` matches Marian's `</s>`, so `</s>` is an anchor
+(listed in the diagnostics as `special_anchors`); ours are the ordinary shared tokens only.
+
 The language of a side is the name of its new SentencePiece model (`spm/downstream/de.model` -> de), its text
 `train.de` and `mono.de` (if present) in `Resources.corpus`. deepfocus is imported only here, when the method
 runs: the extra is optional (`pip install -e '.[focus]'`).
@@ -149,28 +153,29 @@ class Reference:
         ).float().numpy()
         overlap, _ = self.df.focus.get_overlapping_tokens(tokenizer, source, **match)
         builder = PlanBuilder(side, shared_policy="focus")  # FOCUS decides which tokens overlap
-        copied, anchors, projected, rare = [], 0, [], []
+        rare = {t for t in side.new_tokens if self.df.focus.is_very_rare_token(t, fasttext_model)}
+        copied, projected, random_rows = [], [], []
         for i, token in enumerate(side.new_tokens):
             if token in SPECIALS or is_filler(token):
                 continue
-            very_rare = self.df.focus.is_very_rare_token(token, fasttext_model)
             if token in overlap:
                 copied.append((i, overlap[token].source[0].id))
-                anchors += not very_rare
-            elif very_rare:
-                rare.append(i)
             else:
-                projected.append(i)
+                (random_rows if token in rare else projected).append(i)
         if copied:
             new_ids, old_ids = (np.array(c, dtype=np.int64) for c in zip(*copied, strict=True))
             if not np.array_equal(rows[new_ids], side.emb[old_ids]):
                 raise RuntimeError(f"{side.name}: FOCUS's rows of overlapping tokens are not the pretrained rows")
             builder.copy(new_ids, old_ids)
-        for ids, kind in ((projected, "projected"), (rare, "random")):
+        for ids, kind in ((projected, "projected"), (random_rows, "random")):
             ids = np.array(ids, dtype=np.int64)
             builder.vector(ids, rows[ids], kind=kind)
-        ours = len(side.shared[0])
+        # FOCUS's anchors: overlapping tokens with a fastText vector, specials included (fastText's own `</s>`,
+        # the end of each line, matches Marian's `</s>`); our `focus` takes ordinary shared tokens only
+        used = [t for t in overlap if t not in rare and not is_filler(t)]
         same = sum(side.new_tokens[i] == side.old_tokens[j] for i, j in copied)
-        return builder.build(rng, deepfocus=self.df.version, overlapping=len(copied), anchors=anchors,
-                             overlapping_as_ours=same, shared_exact=ours, projected=len(projected),
-                             random=len(rare), fasttext=FASTTEXT | {"lines": lines, "words": len(fasttext_model.words)})
+        return builder.build(rng, deepfocus=self.df.version, overlapping=len(copied), overlapping_as_ours=same,
+                             shared_exact=len(side.shared[0]), anchors=len(used),
+                             special_anchors=sorted(t for t in used if t in SPECIALS), projected=len(projected),
+                             random=len(random_rows),
+                             fasttext=FASTTEXT | {"lines": lines, "words": len(fasttext_model.words)})
