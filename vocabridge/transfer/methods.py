@@ -77,7 +77,10 @@ def anchors(side: Side, knobs, rng: np.random.Generator, *, select: Literal["knn
         nbr, _ = nearest(vecs, anchor_vecs, knobs.k, exclude)
         if weighting != "lle":
             raise ConfigError(f"transfer: weighting {weighting!r} is not defined for k nearest anchors")
-        w, ill = lle_weights(vecs, anchor_vecs[nbr], knobs.reg)
+        w, ill = np.zeros(nbr.shape, np.float32), np.zeros(len(nbr), bool)
+        for start in range(0, len(nbr), 2048):  # chunks: the (n, k, d) neighbour tensor stays small
+            part = slice(start, start + 2048)
+            w[part], ill[part] = lle_weights(vecs[part], anchor_vecs[nbr[part]], knobs.reg)
         builder.combine(ids, anchor_old[nbr], w)
         return builder.build(rng, anchors=len(anchor_new), k=knobs.k, reg=knobs.reg, ill_conditioned=int(ill.sum()),
                              projected=len(ids))

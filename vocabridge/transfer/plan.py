@@ -147,13 +147,13 @@ class PlanBuilder:
 
     def combine(self, new_ids: np.ndarray, old_ids: np.ndarray, weights: np.ndarray) -> None:
         """Row i = sum_j weights[i, j] * old row old_ids[i, j] (zero weights are dropped)."""
-        for i, cols, ws in zip(new_ids.tolist(), old_ids.tolist(), weights.tolist(), strict=True):
+        for i in new_ids.tolist():
             self.kind[i] = "projected"
-            for j, w in zip(cols, ws, strict=True):
-                if w != 0.0:
-                    self.rows.append(i)
-                    self.cols.append(j)
-                    self.vals.append(float(w))
+        rows = np.repeat(np.asarray(new_ids), old_ids.shape[1])
+        keep = weights.ravel() != 0.0
+        self.rows.extend(rows[keep].tolist())
+        self.cols.extend(old_ids.ravel()[keep].tolist())
+        self.vals.extend(weights.ravel()[keep].astype(np.float64).tolist())
 
     def vector(self, new_ids: np.ndarray, vectors: np.ndarray, kind: str = "projected") -> None:
         for i in new_ids.tolist():
@@ -218,7 +218,8 @@ def lle_weights(x: np.ndarray, neighbours: np.ndarray, reg: float,
     c = z @ z.transpose(1, 2)
     k = c.shape[-1]
     eye = torch.eye(k, dtype=c.dtype)
-    ill = ~(torch.linalg.cond(c) < ill_condition)  # NaN/inf condition counts as ill
+    eig = torch.linalg.eigvalsh(c)  # ascending; C is symmetric positive semi-definite
+    ill = ~(eig[:, -1] < ill_condition * eig[:, 0].clamp_min(0))  # condition number >= limit (or NaN)
     ones = torch.ones(c.shape[0], k, 1, dtype=c.dtype)
     if reg > 0:
         trace = c.diagonal(dim1=1, dim2=2).sum(-1).clamp_min(1e-12)
