@@ -204,6 +204,55 @@ class TransferMethod:
 
 
 @dataclass
+class Resegment:
+    """Random re-segmentation of the upstream text that makes unseen tokens (Liu et al. 2021, §3.3; the rates
+    of the authors' code). A word is a piece with the word-boundary marker plus the pieces that follow it."""
+
+    split_word: float = 0.4  # a word longer than `split_min_chars` characters is split with this probability
+    split_min_chars: int = 6  # (the marker not counted)
+    split_cut: float = 0.2  # each inner character boundary of a split word is cut with this probability,
+    split_cut_edge: float = 0.05  # next to the first/last character this one; a cut only if the left piece
+    #                               is not in the pretrained vocabulary
+    merge: float = 0.5  # otherwise each boundary between two pieces of a word is removed with this probability
+
+
+@dataclass
+class GeneratorTraining:
+    """Generator pretraining on the upstream corpus, the pretrained model frozen (only G's parameters train)."""
+
+    sides: Literal["decoder", "both"] = "decoder"  # decoder: the paper's; both: the source side too
+    steps: int = 1000  # Adam updates
+    batch_tokens: int = 3000  # padded tokens of the longer side per batch
+    lr: float = 0.005
+    label_smoothing: float = 0.1  # Lp is the pretraining objective (label-smoothed cross-entropy)
+    max_len: int = 128  # pairs with a side longer than this (in pieces) are skipped
+    max_members: int = 10  # size cap of Sm(w), as transfer's `max_members`
+    patt_scale: Literal["paper", "code"] = "paper"  # patt: keep Eq. 3's 1/|Sm(w)| (paper) or not (code)
+    log_every: int = 50
+    checkpoint_every: int = 100
+    threads: int = 2
+    device: str = "auto"
+    seed: int = 1
+
+
+@dataclass
+class GeneratorVariant:
+    kind: Literal["att", "patt"] = "patt"  # Eq. 2 or Eq. 3
+    kd_lambda: float = 0.0  # weight of the hidden-state distillation Ld (Eq. 5); the paper's default is 0.5
+
+
+@dataclass
+class GeneratorParams:
+    """The generator stage: one trained generator per variant (att-eg, patt-eg, patt-eg-kd use them)."""
+
+    train: GeneratorTraining = field(default_factory=GeneratorTraining)
+    resegment: Resegment = field(default_factory=Resegment)
+    variants: dict[str, GeneratorVariant] = field(default_factory=lambda: {
+        "att": GeneratorVariant("att", 0.0), "patt": GeneratorVariant("patt", 0.0),
+        "patt-kd": GeneratorVariant("patt", 0.5)})
+
+
+@dataclass
 class Diagnostics:
     """Checks of every adapted model before fine-tuning."""
 
@@ -240,6 +289,7 @@ class Params:
     spm: Spm = field(default_factory=Spm)
     pretrain: Pretrain = field(default_factory=Pretrain)
     cbow: Cbow = field(default_factory=Cbow)
+    generator: GeneratorParams = field(default_factory=GeneratorParams)
     transfer: dict[str, TransferMethod] = field(default_factory=dict)  # method name -> knobs
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     finetune: Finetune = field(default_factory=Finetune)

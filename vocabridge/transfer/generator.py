@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from vocabridge.errors import InputError
@@ -54,8 +54,14 @@ class Generator(nn.Module):
 
 
 def save_generator(gen: Generator, path: Path) -> None:
-    tensors = {k: v.detach().contiguous() for k, v in gen.state_dict().items()}
-    save_file(tensors, str(path), metadata={"kind": gen.kind, "patt_scale": gen.patt_scale})
+    """safetensors with the kind and patt_scale as metadata; written atomically."""
+    from safetensors.torch import save
+
+    from vocabridge.fileio import atomic_file
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}
+    with atomic_file(path, "wb", encoding=None) as handle:
+        handle.write(save(tensors, metadata={"kind": gen.kind, "patt_scale": gen.patt_scale}))
 
 
 def load_generator(path: Path, dim: int) -> Generator:
