@@ -6,6 +6,7 @@ CORPORA = Path("data/corpora")
 SPM = Path("data/spm")
 PRETRAINED = Path("data/models/pretrained")
 CBOW = Path("data/cbow")
+GENERATORS = Path("data/models/generator")  # one trained embedding generator per variant
 CHECKPOINTS = Path("data/checkpoints")
 PLOTS = Path("data/plots")
 METRICS = Path("data/metrics")

@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
                                     "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},
                     seed=params.finetune.train.seed,
                     cbow={"src": paths.CBOW / f"{lang.src}.bin", "tgt": paths.CBOW / f"{lang.tgt}.bin"},
-                    knobs=knobs_for(name, params.transfer), diagnostics=params.diagnostics,
+                    knobs=knobs_for(name, params.transfer), diagnostics=params.diagnostics, generator=paths.GENERATORS,
                     text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
                           for role, code in (("src", lang.src), ("tgt", lang.tgt))})
     torch.set_num_threads(params.finetune.train.threads)

@@ -46,6 +46,7 @@ def test_no_dev_or_test_verse_reaches_training_text(tiny_project):
 
 
 STAGES = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain", "cbow",
+          *[f"generator@{v}" for v in ("att", "patt", "patt-kd")],
           *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate") for m in METHODS], "report"]
 
 

@@ -3,12 +3,16 @@
 A method is an entry of METHODS; the transfer@method stage calls its builder and writes the model directory.
 The baselines keep or replace the whole model; the vocabulary-adaptation methods share `adapt`, which runs
 one initialiser (methods.py) per adapted side through the Plan interface (plan.py), swaps the new rows into
-the model (swap.py) and collects the diagnostics (diagnostics.py).
+the model (swap.py) and collects the diagnostics (diagnostics.py). att-eg, patt-eg and patt-eg-kd (Liu et al.
+2021) load the generator the `generator` stage pretrained (generator_training.py) and run `generated` with it;
+avg-eg needs no training. All four adapt the decoder only by default (the paper's Table 2); `sides: both` in
+`transfer.<method>` applies the same generator to the encoder too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,12 +24,13 @@ from transformers import MarianMTModel
 
 from vocabridge.config import Diagnostics, TransferMethod
 from vocabridge.corpora.user import read_text_lines
-from vocabridge.errors import ConfigError
+from vocabridge.errors import ConfigError, InputError
 from vocabridge.nmt.model import build_model, load_model
 from vocabridge.nmt.vocab import Vocab, pair_vocabs
 from vocabridge.transfer.cbow import load_vectors
 from vocabridge.transfer.diagnostics import leave_one_out, neighbours
 from vocabridge.transfer.focus_ref import build as focus_reference
+from vocabridge.transfer.generator import load_generator
 from vocabridge.transfer.methods import anchors, cbow, fwet, generated, linear, random_init
 from vocabridge.transfer.plan import Side
 from vocabridge.transfer.swap import matrices, pair, swap_embeddings
@@ -43,6 +48,7 @@ class Resources:
     knobs: TransferMethod = field(default_factory=TransferMethod)  # resolved: no None left
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     corpus: Path | None = None  # the downstream corpus folder (train.LANG, mono.LANG): focus-ref trains on it
+    generator: Path | None = None  # the generator stage's folder (VARIANT.safetensors): att-eg, patt-eg, patt-eg-kd
 
 
 Built = tuple[MarianMTModel, Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
@@ -111,6 +117,19 @@ def adapted(initializer: Callable, **kw) -> Callable[[Resources], Built]:
     return partial(adapt, initializer=initializer, **kw)
 
 
+def with_generator(res: Resources, variant: str) -> Built:
+    """`generated` with the generator the generator stage trained (variant = params' generator.variants key)."""
+    if res.generator is None:
+        raise InputError("this method needs a trained embedding generator; run `dvc repro generator`")
+    dim = json.loads((res.pretrained / "config.json").read_text(encoding="utf-8"))["d_model"]
+    gen = load_generator(res.generator / f"{variant}.safetensors", dim)
+    return adapt(res, partial(generated, generator=gen))
+
+
+def trained_generator(variant: str) -> Callable[[Resources], Built]:
+    return partial(with_generator, variant=variant)
+
+
 DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_members=10, patt_scale="paper",
                                fwet_weights="softmax")
 REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
@@ -130,6 +149,10 @@ METHODS: dict[str, Method] = {
     "fvt": Method(adapted(partial(anchors, select="pieces", weighting="mean"), check_loo=False)),
     # Liu et al. 2021 adapt the decoder only; `transfer.avg-eg.sides: both` gives the both-sides row
     "avg-eg": Method(adapted(generated), defaults={"sides": "decoder"}),
+    # the same with a generator pretrained by the generator stage (Eq. 2; Eq. 3; Eq. 3 trained with Ld, lambda 0.5)
+    "att-eg": Method(trained_generator("att"), defaults={"sides": "decoder"}),
+    "patt-eg": Method(trained_generator("patt"), defaults={"sides": "decoder"}),
+    "patt-eg-kd": Method(trained_generator("patt-kd"), defaults={"sides": "decoder"}),
     # no leave-one-out for fwet: the pretrained tokenizer still segments text into the hidden tokens
     "fwet": Method(adapted(fwet, check_loo=False)),
 }

@@ -6,8 +6,9 @@
 - anchors: each new token a weighted combination of pretrained rows of anchor tokens; the configurations are
   va-llm (k nearest shared tokens in CBOW space, locally linear weights), focus (all shared tokens, sparsemax
   over CBOW cosine, as FOCUS) and fvt (the token's pieces under the pretrained tokenizer, equal weights);
-- generated (avg-eg, Liu et al. 2021): a generator's weights over Sm(w), the token's subwords and hyperwords
-  in the pretrained vocabulary (morph.py, generator.py);
+- generated (avg-eg, att-eg, patt-eg, patt-eg-kd; Liu et al. 2021): a generator's weights over Sm(w), the
+  token's subwords and hyperwords in the pretrained vocabulary (morph.py, generator.py); avg needs no
+  training, the others use the generator the generator stage pretrained (generator_training.py);
 - fwet (Duan & Zhao 2023, Algorithm 1): weights from co-segmentation counts of the new domain's text under
   the new and the pretrained tokenizer.
 
