@@ -221,9 +221,9 @@ class GeneratorTraining:
     """Generator pretraining on the upstream corpus, the pretrained model frozen (only G's parameters train)."""
 
     sides: Literal["decoder", "both"] = "decoder"  # decoder: the paper's; both: the source side too
-    steps: int = 1000  # Adam updates
+    steps: int = 200  # Adam updates
     batch_tokens: int = 3000  # padded tokens of the longer side per batch
-    lr: float = 0.005
+    lr: float = 0.01
     label_smoothing: float = 0.1  # Lp is the pretraining objective (label-smoothed cross-entropy)
     max_len: int = 128  # pairs with a side longer than this (in pieces) are skipped
     max_members: int = 10  # size cap of Sm(w), as transfer's `max_members`
