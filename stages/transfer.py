@@ -30,7 +30,8 @@ def main(argv: list[str]) -> None:
                     cbow={"src": paths.CBOW / f"{lang.src}.bin", "tgt": paths.CBOW / f"{lang.tgt}.bin"},
                     knobs=knobs_for(name, params.transfer), diagnostics=params.diagnostics, generator=paths.GENERATORS,
                     text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
-                          for role, code in (("src", lang.src), ("tgt", lang.tgt))})
+                          for role, code in (("src", lang.src), ("tgt", lang.tgt))},
+                    corpus=corpus)
     torch.set_num_threads(params.finetune.train.threads)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}

@@ -53,7 +53,9 @@ def test_adapt_writes_a_model_that_transformers_loads(user_files):
     assert diagnostics["method"] == "va-llm" and diagnostics["decoder"]["rows"]["projected"] > 0.5
     tok = MarianTokenizer.from_pretrained(out)
     model = AutoModelForSeq2SeqLM.from_pretrained(out, use_safetensors=True)
-    assert "▁Gott" in tok.get_vocab() and "▁God" in tok.get_vocab()  # fitted to the new domain
+    old_tok = MarianTokenizer.from_pretrained(user_files / "opus-mt")
+    assert set(tok.get_vocab()) != set(old_tok.get_vocab())  # fitted to the new domain's text
+    assert len(tok("Und Gott sprach")["input_ids"]) < len(old_tok("Und Gott sprach")["input_ids"])
     batch = tok(["Und Gott sprach"], return_tensors="pt")
     with torch.no_grad():
         generated = model.generate(**batch, max_new_tokens=4)

@@ -12,7 +12,7 @@ from vocabridge.config import LANGS
 from vocabridge.fileio import sha256_file
 
 pytestmark = pytest.mark.e2e
-METHODS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
+METHODS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd"]
 ADAPTED = ["ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
 
 
@@ -46,7 +46,7 @@ def test_no_dev_or_test_verse_reaches_training_text(tiny_project):
 
 
 STAGES = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain", "cbow",
-          *[f"generator@{v}" for v in ("att", "patt", "patt-kd")],
+          "generator",
           *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate") for m in METHODS], "report"]
 
 
@@ -96,6 +96,9 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
     llm = json.loads((tiny_project / "data/diagnostics/va-llm.json").read_text())
     assert llm["decoder"]["k"] == 10 and "ill_conditioned" in llm["decoder"]
     assert -1 <= llm["decoder"]["leave_one_out"]["mean_cosine"] <= 1 and llm["decoder"]["neighbours"]
+    assert json.loads((tiny_project / "data/models/generator/variants.json").read_text()) == {"trained": ["patt-kd"]}
+    kd = json.loads((tiny_project / "data/diagnostics/patt-eg-kd.json").read_text())
+    assert kd["sides"] == ["decoder"] and not kd["encoder"]["adapted"] and kd["decoder"]["generator"] == "patt"
     cbow = json.loads((tiny_project / "data/cbow/stats.json").read_text())
     assert cbow["de"]["dim"] == json.loads((tiny_project / "data/models/pretrained/config.json").read_text())["d_model"]
 

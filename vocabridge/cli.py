@@ -69,8 +69,8 @@ def adapt(args: argparse.Namespace) -> dict:
             role, files = roles[side]
             lines = [line for f in files for line in read_text_lines(f)]
             spm_files[role] = work / f"{role}.model"
-            spm_files[role].write_bytes(train_spm(lines, SpmModel(vocab_size=args.vocab_size), args.seed, args.threads,
-                                                  f"adapt.{role}"))
+            spm_cfg = SpmModel(vocab_size=args.vocab_size, hard_vocab_limit=False)  # at most vocab_size pieces
+            spm_files[role].write_bytes(train_spm(lines, spm_cfg, args.seed, args.threads, f"adapt.{role}"))
             if args.method in NEEDS_CBOW:
                 import sentencepiece as spm
 
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> None:
     ad.add_argument("--reg", type=float, default=None,
                     help="va-llm: regulariser x trace of the local Gram matrix (default 0.001; 0 = none)")
     ad.add_argument("--vocab-size", type=int, default=8000,
-                    help="SentencePiece vocabulary size per language (default 8000)")
+                    help="SentencePiece vocabulary size per language, at most (default 8000)")
     ad.add_argument("--cbow-window", type=int, default=5, help="CBOW context window (default 5)")
     ad.add_argument("--cbow-epochs", type=int, default=5, help="CBOW training epochs (default 5)")
     ad.add_argument("--probes", type=int, default=5,

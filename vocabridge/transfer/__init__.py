@@ -60,6 +60,7 @@ class Method:
     finetune: bool = True  # out-domain is evaluated as it is
     vocabulary: str = "downstream"  # whose vocabulary the model ends up with: upstream | downstream
     defaults: dict = field(default_factory=dict)  # knobs that differ from DEFAULT_KNOBS
+    generator: str | None = None  # the generator variant (params' generator.variants) the method needs
 
 
 def keep_pretrained(res: Resources) -> Built:
@@ -150,9 +151,9 @@ METHODS: dict[str, Method] = {
     # Liu et al. 2021 adapt the decoder only; `transfer.avg-eg.sides: both` gives the both-sides row
     "avg-eg": Method(adapted(generated), defaults={"sides": "decoder"}),
     # the same with a generator pretrained by the generator stage (Eq. 2; Eq. 3; Eq. 3 trained with Ld, lambda 0.5)
-    "att-eg": Method(trained_generator("att"), defaults={"sides": "decoder"}),
-    "patt-eg": Method(trained_generator("patt"), defaults={"sides": "decoder"}),
-    "patt-eg-kd": Method(trained_generator("patt-kd"), defaults={"sides": "decoder"}),
+    "att-eg": Method(trained_generator("att"), defaults={"sides": "decoder"}, generator="att"),
+    "patt-eg": Method(trained_generator("patt"), defaults={"sides": "decoder"}, generator="patt"),
+    "patt-eg-kd": Method(trained_generator("patt-kd"), defaults={"sides": "decoder"}, generator="patt-kd"),
     # no leave-one-out for fwet: the pretrained tokenizer still segments text into the hidden tokens
     "fwet": Method(adapted(fwet, check_loo=False)),
 }
@@ -162,6 +163,11 @@ def get_method(name: str) -> Method:
     if name not in METHODS:
         raise ConfigError(f"params.yaml: methods: unknown method '{name}' (known: {sorted(METHODS)})")
     return METHODS[name]
+
+
+def generators_needed(methods: list[str]) -> list[str]:
+    """The generator variants that the listed methods use (the generator stage trains only these)."""
+    return sorted({get_method(m).generator for m in methods} - {None})
 
 
 def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:

@@ -439,7 +439,14 @@ def summary(state: State, trainer: GeneratorTrainer) -> dict:
     }
 
 
-def write_curve(state: State, path: Path) -> None:
-    """The learning curve as CSV (step, loss, lp, ld) for `dvc plots show`."""
+def write_curves(states: dict[str, State], path: Path) -> None:
+    """The learning curves of all variants as one CSV (variant, step, loss, lp, ld) for `dvc plots show`;
+    a header only when no variant was trained."""
+    frames = [pd.DataFrame(state.log, columns=["step", "loss", "lp", "ld"]).assign(variant=name)
+              for name, state in states.items()]
+    columns = ["variant", "step", "loss", "lp", "ld"]
+    table = pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(state.log, columns=["step", "loss", "lp", "ld"]).to_csv(path, index=False)
+    tmp = path.with_name(f".{path.name}.tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(path)
