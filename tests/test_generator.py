@@ -169,3 +169,15 @@ def test_trained_generator_methods_load_the_stage_output(setup, tmp_path, method
     assert diagnostics["decoder"]["with_members"] > 0
     assert diagnostics["encoder"]["adapted"] == (sides == "both")
     assert knobs.sides == (sides or "decoder")  # Liu et al.'s experiments adapt the decoder only
+
+
+def test_distillation_loss_is_zero_when_nothing_is_resegmented(setup, tmp_path):
+    model, src, tgt, data = setup
+    still = Resegment(split_word=0.0, merge=0.0)
+    tr = GeneratorTrainer(model, src, tgt, data, Generator("patt", ARCH.d_model), 0.5, CFG, still, tmp_path / "c",
+                          {"test": 2})
+    b = tr.batch(np.arange(8), 0)
+    assert not b.unseen["decoder"] and b.words > 0
+    with torch.no_grad():
+        total, lp, ld = tr.losses(b)
+    assert ld.item() == 0.0 and total.item() == lp.item()
