@@ -77,9 +77,10 @@ def test_report_has_every_baseline_with_significance(tiny_project):
 def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
     import pandas as pd
 
-    table = pd.read_csv(tiny_project / "data/reports/results/report.csv").set_index("method")
-    assert (table.loc[METHODS, "zero_shot_dev_ppl"] > 1).all()
-    assert table.loc[["va-linear", "va-llm"], ["loo_cos_src", "loo_cos_tgt"]].notna().all().all()
+    table = pd.read_csv(tiny_project / "data/reports/results/report.csv")
+    ours = table[table["source"] == "vocabridge"].set_index("method")  # published rows carry method names too
+    assert (ours.loc[METHODS, "zero_shot_dev_ppl"] > 1).all()
+    assert ours.loc[["va-linear", "va-llm"], ["loo_cos_src", "loo_cos_tgt"]].notna().all().all()
     assert "Nearest neighbours" in (tiny_project / "data/reports/results/report.md").read_text()
     for method in ADAPTED:
         init = tiny_project / "data/models/init" / method
@@ -110,8 +111,8 @@ def test_transfer_bad_knob_fails_cleanly_and_keeps_the_model(tiny_project, tmp_p
     bad.write_text(yaml.safe_dump(params))
     before = sha256_file(tiny_project / "data/models/init/va-llm/model.safetensors")
     proc = run(["python", "-m", "stages.transfer", "va-llm", "--params", str(bad)], tiny_project)
-    assert proc.returncode == 2 and "k=100000 is larger than the" in proc.stderr, proc.stderr[-2000:]
-    assert len(proc.stderr.strip().splitlines()) == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "k=100000 is larger than the" in errors[0], proc.stderr
     assert sha256_file(tiny_project / "data/models/init/va-llm/model.safetensors") == before
     assert not list((tiny_project / "data/models/init").glob(".*"))  # no half-written directory left
 
