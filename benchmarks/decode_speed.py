@@ -20,6 +20,7 @@ from vocabridge.corpora.user import read_text_lines
 from vocabridge.ct2 import translate_ct2
 from vocabridge.evaluate import score
 from vocabridge.nmt.model import load_model
+from vocabridge.nmt.train import threads_of
 from vocabridge.nmt.translate import translate
 
 
@@ -28,12 +29,12 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=Path("data/models/pretrained"))
     parser.add_argument("--corpus", default="upstream", help="data/corpora/CORPUS/test.* is translated")
     parser.add_argument("--sentences", type=int, default=500)
-    parser.add_argument("--threads", type=int, help="CPU threads of each decoder (default: evaluate.threads)")
+    parser.add_argument("--threads", type=int, help="CPU threads of each decoder (default: compute.threads)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each, alternating; the fastest counts")
     args = parser.parse_args()
     params = load_params()
     cfg, lang = params.evaluate, params.lang
-    threads = args.threads or cfg.threads
+    threads = args.threads or threads_of(params.compute.threads)
     torch.set_num_threads(threads)
     corpus = Path("data/corpora") / args.corpus
     sources = read_text_lines(corpus / f"test.{lang.src}")[: args.sentences]

@@ -30,7 +30,7 @@ from vocabridge.config import load_params
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
 from vocabridge.nmt.model import build_model, save_model
-from vocabridge.nmt.train import Trainer
+from vocabridge.nmt.train import Trainer, threads_of
 from vocabridge.nmt.vocab import pair_vocabs
 
 
@@ -86,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     params = load_params()
     cfg, lang = params.pretrain.train, params.lang
-    torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(threads_of(params.compute.threads))
     src, tgt = pair_vocabs(Path(f"data/spm/upstream/{lang.src}.model"), Path(f"data/spm/upstream/{lang.tgt}.model"))
     corpus = Path("data/corpora/upstream")
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}")[: args.pairs],

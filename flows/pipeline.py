@@ -10,6 +10,7 @@ shows what happened; DVC decides what is up to date: every task is `dvc repro --
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -150,18 +151,29 @@ def _has_default_remote(workspace: Path) -> bool:
     return True
 
 
+def share_cores(jobs: int) -> int:
+    """The number of stages to run at once, and each one's thread count in $VOCABRIDGE_THREADS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    jobs = jobs if jobs > 0 else max(2, min(4, cores))
+    os.environ.setdefault("VOCABRIDGE_THREADS", str(max(1, cores // jobs)))
+    return jobs
+
+
 @flow(name="vocabridge", task_runner=ThreadPoolTaskRunner(max_workers=16))
 def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str] | None = None,
              overrides: list[str] | None = None, targets: list[str] | None = None, force: bool = False,
-             experiment_name: str | None = None, jobs: int = 4, retry_delay: float = 10.0,
+             experiment_name: str | None = None, jobs: int = 0, retry_delay: float = 10.0,
              lock_timeout: float = 600.0, remote_stages: list[str] | None = None,
              stage_deployment: str = "vocabridge-stage/gpu", git_url: str | None = None) -> str:
     """Run the DAG of dvc.yaml (or the part that `targets` and `methods` select) and return the report table.
 
     With a `profile` other than the workspace's or with `overrides` (`key=value`, as `dvc exp run -S`), the
     run is a DVC experiment in its own clone: the workspace's params.yaml and outputs stay as they were.
+    `jobs` stages run at once (0: one per core, 2 to 4); each gets cores / jobs torch threads
+    ($VOCABRIDGE_THREADS, unless already set), since two one-thread trainings outrun one two-thread training.
     """
     logger = get_run_logger()
+    jobs = share_cores(jobs)
     ws = Path(workspace).resolve()
     if not (ws / "dvc.yaml").is_file():
         raise FlowError(f"{ws}: no dvc.yaml (workspace must be the project's root)")
@@ -196,7 +208,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
 @flow(name="vocabridge-sweep")
 def sweep(key: str, values: list[str], workspace: str = ".", profile: str | None = None,
           methods: list[str] | None = None, overrides: list[str] | None = None, targets: list[str] | None = None,
-          jobs: int = 4) -> list[str]:
+          jobs: int = 0) -> list[str]:
     """An ablation: one DVC experiment per value of one param key (e.g. k of va-llm in 1, 5, 10, 20).
 
     The experiments run one after another: they share the DVC cache, and what does not depend on the key
@@ -224,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", nargs="+", help="stages (shell patterns) to run, with their upstream")
     parser.add_argument("--force", action="store_true", help="rerun the target stages even if up to date")
     parser.add_argument("--experiment", dest="experiment_name")
-    parser.add_argument("--jobs", type=int, default=4, help="stages at once (DVC locks per output)")
+    parser.add_argument("--jobs", type=int, default=0,
+                        help="stages at once (DVC locks per output); 0: one per core, 2 to 4")
     parser.add_argument("--sweep", nargs="+", metavar=("KEY", "VALUE"), help="KEY V1 V2 ...: one experiment each")
     args = vars(parser.parse_args(argv))
     swept = args.pop("sweep")

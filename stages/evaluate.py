@@ -6,31 +6,29 @@ the report stage, which sees every method's hypotheses (so evaluate stages stay 
 
 from __future__ import annotations
 
-import torch
-
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.evaluate import score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.nmt.model import load_model
-from vocabridge.nmt.train import device_of
+from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import translate
 
 
 def main(argv: list[str]) -> None:
     method, params = paths.method_stage_args(__doc__, argv)
     cfg, lang = params.evaluate, params.lang
-    torch.set_num_threads(cfg.threads)
-    model, src, tgt = load_model(paths.finetuned(method), str(device_of(cfg.device)))
+    device = use_compute(params.compute)
+    model, src, tgt = load_model(paths.finetuned(method), str(device))
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
     if cfg.decoder == "ctranslate2":
         from vocabridge.ct2 import translate_ct2
 
         hyps, speed = translate_ct2(paths.finetuned(method), sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                                    batch_tokens=cfg.batch_tokens, threads=cfg.threads,
-                                    device=device_of(cfg.device).type)
+                                    batch_tokens=cfg.batch_tokens, threads=threads_of(params.compute.threads),
+                                    device=device.type)
     else:
         hyps, speed = translate(model, src, tgt, sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
                                 batch_tokens=cfg.batch_tokens, bf16=cfg.bf16)

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import torch
-
 from stages import _paths as paths
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.model import copy_model_dir, load_model, save_model
-from vocabridge.nmt.train import State, device_of, fingerprint_of, fit, write_logs
+from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.transfer import get_method
 
 
@@ -22,14 +20,13 @@ def main(argv: list[str]) -> None:
     name, params = paths.method_stage_args(__doc__, argv)
     cfg, lang = params.finetune.train, params.lang
     init, out, plots = paths.init_model(name), paths.finetuned(name), paths.PLOTS / "finetune" / name
-    if not get_method(name).finetune:
+    if not get_method(name, params.transfer).finetune:
         with atomic_dir(out) as tmp:
             copy_model_dir(init, tmp)
         write_logs(State(), plots)
         write_json(paths.METRICS / "finetune" / f"{name}.json", {"updates": 0, "best_update": 0})
         return
-    torch.set_num_threads(cfg.threads)
-    model, src, tgt = load_model(init, str(device_of(cfg.device)))
+    model, src, tgt = load_model(init, str(use_compute(params.compute)))
     corpus = paths.CORPORA / "downstream"
     fingerprint = fingerprint_of("finetune", name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
                                  sha256_file(init / "model.safetensors"))

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import torch
-
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
@@ -20,7 +18,7 @@ from vocabridge.errors import ConfigError, InputError
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.model import load_model
-from vocabridge.nmt.train import device_of, fingerprint_of
+from vocabridge.nmt.train import fingerprint_of, use_compute
 from vocabridge.transfer import generators_needed
 from vocabridge.transfer.generator import Generator, save_generator
 from vocabridge.transfer.generator_training import GeneratorTrainer, summary, write_curves
@@ -28,7 +26,7 @@ from vocabridge.transfer.generator_training import GeneratorTrainer, summary, wr
 
 def main(argv: list[str]) -> None:
     params = paths.stage_args(__doc__, argv)
-    needed = generators_needed(params.methods)
+    needed = generators_needed(params.methods, params.transfer)
     for name in needed:
         if name not in params.generator.variants:
             raise ConfigError(f"params.yaml: generator.variants: no variant '{name}' "
@@ -45,8 +43,7 @@ def main(argv: list[str]) -> None:
 
 def train_variant(params, name: str, out):
     cfg, lang, variant = params.generator, params.lang, params.generator.variants[name]
-    torch.set_num_threads(cfg.train.threads)
-    model, src, tgt = load_model(paths.PRETRAINED, str(device_of(cfg.train.device)))
+    model, src, tgt = load_model(paths.PRETRAINED, str(use_compute(params.compute)))
     corpus = paths.CORPORA / "upstream"
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
                            src, tgt, cfg.train.max_len)
@@ -59,7 +56,7 @@ def train_variant(params, name: str, out):
     trainer = GeneratorTrainer(model, src, tgt, data, gen, variant.kd_lambda, cfg.train, cfg.resegment,
                                paths.CHECKPOINTS / "generator" / name, fingerprint, name=f"generator {name}")
     state = trainer.train()
-    save_generator(gen, out)
+    save_generator(gen, out, model_sha256=sha256_file(paths.PRETRAINED / "model.safetensors"))
     return state, summary(state, trainer) | {"train_pairs": len(data)}
 
 

@@ -10,14 +10,12 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
 from stages import _paths as paths
 from vocabridge.config import load_params
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.model import build_model, copy_model_dir, save_model
-from vocabridge.nmt.train import State, device_of, fingerprint_of, fit, write_logs
+from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.nmt.vocab import pair_vocabs
 
 
@@ -33,9 +31,8 @@ def main(argv: list[str]) -> None:
         write_logs(State(), paths.PLOTS / "pretrain")
         write_json(paths.METRICS / "pretrain.json", {"external_model": cfg.external_model})
         return
-    torch.set_num_threads(cfg.train.threads)
     src, tgt = pair_vocabs(paths.SPM / "upstream" / f"{lang.src}.model", paths.SPM / "upstream" / f"{lang.tgt}.model")
-    model = build_model(cfg.arch, src, tgt, cfg.train.seed).to(device_of(cfg.train.device))
+    model = build_model(cfg.arch, src, tgt, cfg.train.seed).to(use_compute(params.compute))
     corpus = paths.CORPORA / "upstream"
     fingerprint = fingerprint_of("pretrain", asdict(lang), asdict(cfg),
                                  sha256_file(corpus / "stats.json"), src.to_json(), tgt.to_json())

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> None:
         metrics = json.loads((folder / "metrics.json").read_text())
         tuning = json.loads((paths.METRICS / "finetune" / f"{method}.json").read_text())
         hyps[method] = (folder / "hyp.txt").read_text(encoding="utf-8").split("\n")[:-1]  # lines may be empty
-        adapted = get_method(method).vocabulary == "downstream"
+        adapted = get_method(method, params.transfer).vocabulary == "downstream"
         zero = _read(paths.METRICS / "transfer" / f"{method}.json", f"transfer@{method}")
         diagnostics[method] = _read(paths.DIAGNOSTICS / f"{method}.json", f"transfer@{method}")
         rows.append({

@@ -8,20 +8,19 @@ fine-tuning, leave-one-out cosine per side.
 
 from __future__ import annotations
 
-import torch
-
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, write_json
 from vocabridge.nmt.model import save_model
+from vocabridge.nmt.train import use_compute
 from vocabridge.transfer import Resources, get_method, knobs_for
 from vocabridge.transfer.diagnostics import zero_shot
 
 
 def main(argv: list[str]) -> None:
     name, params = paths.method_stage_args(__doc__, argv)
-    method = get_method(name)
+    method = get_method(name, params.transfer)
     lang, corpus = params.lang, paths.CORPORA / "downstream"
     res = Resources(pretrained=paths.PRETRAINED,
                     downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
@@ -32,7 +31,7 @@ def main(argv: list[str]) -> None:
                     text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
                           for role, code in (("src", lang.src), ("tgt", lang.tgt))},
                     corpus=corpus)
-    torch.set_num_threads(params.finetune.train.threads)
+    use_compute(params.compute)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
     with atomic_dir(paths.init_model(name)) as tmp:

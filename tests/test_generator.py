@@ -27,7 +27,7 @@ VOCAB = {f"{B}the", f"{B}house", "s", f"{B}is", "ing", f"{B}build", f"{B}un", "b
 DE = [f"das gebäude nummer {i} ist {'großartig' if i % 2 else 'unglaublich'} und wunderschön" for i in range(200)]
 EN = [f"the building number {i} is {'magnificent' if i % 2 else 'unbelievable'} and beautiful" for i in range(200)]
 ARCH = Arch(d_model=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32, max_positions=64, dropout=0.3)
-CFG = GeneratorTraining(steps=8, batch_tokens=300, lr=0.05, log_every=2, checkpoint_every=2, threads=1,
+CFG = GeneratorTraining(steps=8, batch_tokens=300, lr=0.05, log_every=2, checkpoint_every=2,
                         max_members=6)
 
 
@@ -144,6 +144,7 @@ def test_interrupted_training_resumes_exactly(setup, tmp_path, sides):
 def test_trained_generator_methods_load_the_stage_output(setup, tmp_path, method, sides):
     from vocabridge.config import TransferMethod
     from vocabridge.errors import InputError
+    from vocabridge.fileio import sha256_file
     from vocabridge.nmt.model import save_model
     from vocabridge.transfer import METHODS, Resources, knobs_for
     from vocabridge.transfer.generator import save_generator
@@ -163,7 +164,11 @@ def test_trained_generator_methods_load_the_stage_output(setup, tmp_path, method
     gen = Generator("att" if method == "att-eg" else "patt", ARCH.d_model)
     torch.nn.init.normal_(gen.w)
     (tmp_path / "gen").mkdir()
-    save_generator(gen, tmp_path / "gen" / f"{variant}.safetensors")
+    save_generator(gen, tmp_path / "gen" / f"{variant}.safetensors", model_sha256="0" * 64)
+    with pytest.raises(InputError, match="generator trained against another model"):
+        METHODS[method].build(res)  # same dimension, another model: refused, not silently applied
+    save_generator(gen, tmp_path / "gen" / f"{variant}.safetensors",
+                   model_sha256=sha256_file(tmp_path / "pretrained" / "model.safetensors"))
     _, _, new_tgt, diagnostics = METHODS[method].build(res)
     assert diagnostics["decoder"]["adapted"] and diagnostics["decoder"]["generator"] == gen.kind
     assert diagnostics["decoder"]["with_members"] > 0

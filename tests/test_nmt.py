@@ -22,7 +22,7 @@ DE = [f"das haus nummer {i} ist {'groß' if i % 2 else 'klein'} und alt" for i i
 EN = [f"the house number {i} is {'big' if i % 2 else 'small'} and old" for i in range(300)]
 ARCH = Arch(d_model=32, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=64, max_positions=64)
 TRAIN = Training(max_updates=12, batch_tokens=400, lr=3e-3, warmup=4, eval_every=6, dev_sentences=10,
-                 checkpoint_every=4, log_every=2, patience=0, threads=1, bf16=False)
+                 checkpoint_every=4, log_every=2, patience=0, bf16=False)
 
 
 @pytest.fixture(scope="module")

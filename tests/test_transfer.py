@@ -17,7 +17,7 @@ from vocabridge.config import TransferMethod
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.nmt.model import build_model, load_model, save_model
 from vocabridge.nmt.vocab import Vocab
-from vocabridge.transfer import METHODS, Resources, knobs_for
+from vocabridge.transfer import METHODS, Resources, generators_needed, get_method, knobs_for
 from vocabridge.transfer.cbow import load_vectors, save_vectors
 from vocabridge.transfer.diagnostics import leave_one_out
 from vocabridge.transfer.methods import anchors, cbow, linear, random_init
@@ -189,6 +189,21 @@ def test_bad_input_is_a_clear_error(side):
         knobs_for("va-llm", {"va-lm": TransferMethod(k=5)})
     assert knobs_for("va-llm", {"va-llm": TransferMethod(k=5)}).shared == "reproject"
     assert knobs_for("ft-tgtv-random", {}).shared == "copy"
+
+
+def test_named_rows_run_a_method_with_their_own_knobs():
+    rows = {"patt-eg-kd-both": TransferMethod(method="patt-eg-kd", sides="both"), "va-llm": TransferMethod(k=5)}
+    both = knobs_for("patt-eg-kd-both", rows)
+    assert both.method == "patt-eg-kd" and both.sides == "both" and both.max_members == 10
+    assert knobs_for("patt-eg-kd", rows).sides == "decoder"  # the method's own row keeps its defaults
+    assert get_method("patt-eg-kd-both", rows) is METHODS["patt-eg-kd"]
+    assert generators_needed(["va-llm", "patt-eg-kd-both"], rows) == ["patt-kd"]
+    with pytest.raises(ConfigError, match="methods: unknown method 'patt-eg-both'"):
+        get_method("patt-eg-both", rows)
+    with pytest.raises(ConfigError, match="transfer.x.method: unknown method 'patt'"):
+        knobs_for("va-llm", {"x": TransferMethod(method="patt")})
+    with pytest.raises(ConfigError, match="transfer.va-llm.method: 'va-llm' is a method itself"):
+        knobs_for("va-llm", {"va-llm": TransferMethod(method="fvt")})
 
 
 def test_cbow_file_round_trip_and_dimension_check(tmp_path, side):
@@ -379,11 +394,13 @@ def test_generator_files_are_safetensors(tmp_path):
     gen = Generator("patt", 4, patt_scale="code")
     with torch.no_grad():
         gen.w.normal_()
-    save_generator(gen, tmp_path / "g.safetensors")
-    back = load_generator(tmp_path / "g.safetensors", 4)
+    save_generator(gen, tmp_path / "g.safetensors", model_sha256="ab" * 32)
+    back = load_generator(tmp_path / "g.safetensors", 4, model_sha256="ab" * 32)
     assert back.kind == "patt" and back.patt_scale == "code" and torch.equal(back.w, gen.w)
     with pytest.raises(InputError, match="dimension 4, the model's embeddings 8"):
         load_generator(tmp_path / "g.safetensors", 8)
+    with pytest.raises(InputError, match="trained against another model"):
+        load_generator(tmp_path / "g.safetensors", 4, model_sha256="cd" * 32)
     with pytest.raises(InputError, match="run `dvc repro generator`"):
         load_generator(tmp_path / "missing.safetensors", 4)
 

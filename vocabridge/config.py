@@ -161,8 +161,6 @@ class Training:
     checkpoint_every: int = 200
     log_every: int = 50
     bf16: bool = True  # autocast on GPU, and on CPUs with bf16 support
-    threads: int = 2
-    device: str = "auto"
     seed: int = 1
 
 
@@ -194,6 +192,7 @@ class Cbow:
 class TransferMethod:
     """One method's knobs; a key left out takes the method's own default (see vocabridge/transfer)."""
 
+    method: str | None = None  # for a row whose name is not a method: the method it runs with these knobs
     sides: Literal["encoder", "decoder", "both"] | None = None  # which vocabularies are replaced
     shared: Literal["copy", "reproject"] | None = None  # tokens in both vocabularies: keep the row, or map it
     k: int | None = None  # va-llm: nearest shared neighbours
@@ -230,8 +229,6 @@ class GeneratorTraining:
     patt_scale: Literal["paper", "code"] = "paper"  # patt: keep Eq. 3's 1/|Sm(w)| (paper) or not (code)
     log_every: int = 50
     checkpoint_every: int = 100
-    threads: int = 2
-    device: str = "auto"
     seed: int = 1
 
 
@@ -269,8 +266,16 @@ class Evaluate:
     length_penalty: float = 1.0
     batch_tokens: int = 6000
     bf16: bool = False
-    threads: int = 2
-    device: str = "auto"
+
+
+@dataclass
+class Compute:
+    """How the stages use this machine. No stage depends on it (DVC does not rerun anything when it changes):
+    the same inputs give the same results up to float rounding, whatever the thread count."""
+
+    threads: int = 0  # torch threads per stage; 0: $VOCABRIDGE_THREADS if set (the flow sets it when it runs
+    #                   stages side by side), else every core this process may use
+    device: str = "auto"  # auto (cuda when there is one) | cpu | cuda | cuda:N
 
 
 @dataclass
@@ -295,6 +300,7 @@ class Params:
     finetune: Finetune = field(default_factory=Finetune)
     evaluate: Evaluate = field(default_factory=Evaluate)
     report: Report = field(default_factory=Report)
+    compute: Compute = field(default_factory=Compute)
 
 
 def _type_name(tp) -> str:

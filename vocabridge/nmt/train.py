@@ -9,6 +9,7 @@ the last checkpoint left off (same batches, same dropout masks).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -54,6 +55,24 @@ def device_of(name: str = "auto") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def threads_of(threads: int = 0) -> int:
+    """0 means $VOCABRIDGE_THREADS when set (the flow's share per stage), else every core we may use."""
+    if threads > 0:
+        return threads
+    env = os.environ.get("VOCABRIDGE_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"VOCABRIDGE_THREADS: expected a positive integer, got {env!r}")
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def use_compute(compute) -> torch.device:
+    """Apply params.yaml's `compute` section to this process: torch's thread count; returns the device."""
+    torch.set_num_threads(threads_of(compute.threads))
+    return device_of(compute.device)
 
 
 def dev_bleu(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str], bf16: bool) -> float:

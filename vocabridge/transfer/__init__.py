@@ -25,6 +25,7 @@ from transformers import MarianMTModel
 from vocabridge.config import Diagnostics, TransferMethod
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import ConfigError, InputError
+from vocabridge.fileio import sha256_file
 from vocabridge.nmt.model import build_model, load_model
 from vocabridge.nmt.vocab import Vocab, pair_vocabs
 from vocabridge.transfer.cbow import load_vectors
@@ -89,7 +90,8 @@ def adapt(res: Resources, initializer: Callable, check_loo: bool = True) -> Buil
     new_tgt = Vocab.from_spm(res.downstream_spm["tgt"]) if "decoder" in chosen else old_tgt
     src, tgt = pair(new_src, new_tgt)
     mats = matrices(model)
-    plans, diagnostics = {}, {"sides": sorted(chosen), "knobs": dataclasses.asdict(knobs)}
+    knob_values = {k: v for k, v in dataclasses.asdict(knobs).items() if v is not None}  # `method` for named rows
+    plans, diagnostics = {}, {"sides": sorted(chosen), "knobs": knob_values}
     for name, role, old, new in (("encoder", "src", old_src, src), ("decoder", "tgt", old_tgt, tgt)):
         emb = mats[name]
         aux_file = res.cbow.get(role)
@@ -123,7 +125,8 @@ def with_generator(res: Resources, variant: str) -> Built:
     if res.generator is None:
         raise InputError("this method needs a trained embedding generator; run `dvc repro generator`")
     dim = json.loads((res.pretrained / "config.json").read_text(encoding="utf-8"))["d_model"]
-    gen = load_generator(res.generator / f"{variant}.safetensors", dim)
+    gen = load_generator(res.generator / f"{variant}.safetensors", dim,
+                         model_sha256=sha256_file(res.pretrained / "model.safetensors"))
     return adapt(res, partial(generated, generator=gen))
 
 
@@ -159,23 +162,36 @@ METHODS: dict[str, Method] = {
 }
 
 
-def get_method(name: str) -> Method:
-    if name not in METHODS:
-        raise ConfigError(f"params.yaml: methods: unknown method '{name}' (known: {sorted(METHODS)})")
-    return METHODS[name]
+def get_method(name: str, rows: dict[str, TransferMethod] | None = None) -> Method:
+    """The method a row of the matrix runs: a method's own name, or a row named in params.yaml's `transfer`
+    with `method:` (e.g. `patt-eg-kd-both: {method: patt-eg-kd, sides: both}`)."""
+    if name in METHODS:
+        return METHODS[name]
+    base = (rows or {}).get(name, TransferMethod()).method
+    if base is None:
+        raise ConfigError(f"params.yaml: methods: unknown method '{name}' (known: {sorted(METHODS)}; or name a "
+                          f"row under transfer with `method:`)")
+    if base not in METHODS:
+        raise ConfigError(f"params.yaml: transfer.{name}.method: unknown method '{base}' (known: {sorted(METHODS)})")
+    return METHODS[base]
 
 
-def generators_needed(methods: list[str]) -> list[str]:
+def generators_needed(methods: list[str], rows: dict[str, TransferMethod] | None = None) -> list[str]:
     """The generator variants that the listed methods use (the generator stage trains only these)."""
-    return sorted({get_method(m).generator for m in methods} - {None})
+    return sorted({get_method(m, rows).generator for m in methods} - {None})
 
 
 def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
-    """The method's knobs: params.yaml's `transfer.<name>` over the method's defaults over DEFAULT_KNOBS."""
-    for key in given:
-        if key not in METHODS:
-            raise ConfigError(f"params.yaml: transfer: unknown method '{key}' (known: {sorted(METHODS)})")
-    merged = dataclasses.replace(DEFAULT_KNOBS, **get_method(name).defaults)
+    """The row's knobs: params.yaml's `transfer.<name>` over its method's defaults over DEFAULT_KNOBS."""
+    for key, row in given.items():
+        if key in METHODS and row.method not in (None, key):
+            raise ConfigError(f"params.yaml: transfer.{key}.method: '{key}' is a method itself; name the row "
+                              f"differently to run '{row.method}' under it")
+        if key not in METHODS and row.method is None:
+            raise ConfigError(f"params.yaml: transfer: unknown method '{key}' (known: {sorted(METHODS)}; a row of "
+                              f"your own needs `method:`)")
+        get_method(key, given)
+    merged = dataclasses.replace(DEFAULT_KNOBS, **get_method(name, given).defaults)
     overrides = {k: v for k, v in dataclasses.asdict(given.get(name, TransferMethod())).items() if v is not None}
     knobs = dataclasses.replace(merged, **overrides)
     if knobs.k < 1:

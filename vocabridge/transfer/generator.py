@@ -53,25 +53,32 @@ class Generator(nn.Module):
         return (self.weights(members, relations, mask).unsqueeze(-1) * members).sum(1)
 
 
-def save_generator(gen: Generator, path: Path) -> None:
-    """safetensors with the kind and patt_scale as metadata; written atomically."""
+def save_generator(gen: Generator, path: Path, model_sha256: str = "") -> None:
+    """safetensors with the kind, patt_scale and the sha256 of the model it was trained against (its
+    model.safetensors) as metadata; written atomically."""
     from safetensors.torch import save
 
     from vocabridge.fileio import atomic_file
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}
     with atomic_file(path, "wb", encoding=None) as handle:
-        handle.write(save(tensors, metadata={"kind": gen.kind, "patt_scale": gen.patt_scale}))
+        handle.write(save(tensors, metadata={"kind": gen.kind, "patt_scale": gen.patt_scale,
+                                             "model_sha256": model_sha256}))
 
 
-def load_generator(path: Path, dim: int) -> Generator:
-    """A trained generator from safetensors (never pickle)."""
+def load_generator(path: Path, dim: int, model_sha256: str | None = None) -> Generator:
+    """A trained generator from safetensors (never pickle). With `model_sha256`, a generator trained against
+    another model is an error: its weights only mean something for the embeddings it was trained with."""
     from safetensors import safe_open
 
     if not Path(path).is_file():
         raise InputError(f"{path}: no trained generator; run `dvc repro generator`")
     with safe_open(str(path), "pt") as handle:
         meta = handle.metadata() or {}
+    if model_sha256 is not None and meta.get("model_sha256") != model_sha256:
+        trained = (meta.get("model_sha256") or "unknown")[:12]
+        raise InputError(f"{path}: generator trained against another model (model.safetensors sha256 {trained}..., "
+                         f"this one {model_sha256[:12]}...); run `dvc repro generator`")
     gen = Generator(meta.get("kind", "avg"), dim, meta.get("patt_scale", "paper"))
     state = load_file(str(path))
     if gen.kind != "avg" and state["w"].shape[-1] != dim:
