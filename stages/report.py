@@ -1,12 +1,16 @@
-"""Stage report: one table of every evaluated method (CSV + Markdown) and a BLEU bar plot.
+"""Stage report: one table of every evaluated method (CSV + Markdown), a BLEU bar plot and the learning curves.
 
-Paired bootstrap resampling (sacrebleu) of each method against the baseline (ft-srcv) happens here,
-where all hypotheses are at hand.
+Paired bootstrap resampling (sacrebleu) of each method against the baseline (ft-srcv) and the other references
+(`report.also_against`) happens here, where all hypotheses are at hand; so do the learning-curve summaries
+(area under the dev BLEU curve, updates to a threshold) and the rank correlation of the pre-fine-tuning
+diagnostics with the final BLEU.
 """
 
 from __future__ import annotations
 
 import json
+
+import pandas as pd
 
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
@@ -14,7 +18,16 @@ from vocabridge.entry import run
 from vocabridge.errors import InputError
 from vocabridge.evaluate import paired_bootstrap
 from vocabridge.fileio import atomic_dir
-from vocabridge.report import bleu_plot, build_table, neighbours_markdown, to_markdown
+from vocabridge.report import (
+    bleu_plot,
+    build_table,
+    comparisons_table,
+    curve_summary,
+    learning_curves_plot,
+    neighbours_markdown,
+    rank_correlations,
+    to_markdown,
+)
 from vocabridge.transfer import get_method
 
 
@@ -29,7 +42,7 @@ def main(argv: list[str]) -> None:
     lang, cfg = params.lang, params.report
     refs = read_text_lines(paths.CORPORA / "downstream" / f"test.{lang.tgt}")
     mismatch = json.loads((paths.REPORTS / "mismatch.json").read_text())
-    rows, hyps, diagnostics = [], {}, {}
+    rows, hyps, diagnostics, curves, shared_vocab = [], {}, {}, {}, []
     for method in params.methods:
         folder = paths.evaluation(method)
         if not (folder / "metrics.json").is_file():
@@ -40,6 +53,10 @@ def main(argv: list[str]) -> None:
         adapted = get_method(method, params.transfer).vocabulary == "downstream"
         zero = _read(paths.METRICS / "transfer" / f"{method}.json", f"transfer@{method}")
         diagnostics[method] = _read(paths.DIAGNOSTICS / f"{method}.json", f"transfer@{method}")
+        curve_file = paths.PLOTS / "finetune" / method / "dev_bleu.csv"
+        curves[method] = pd.read_csv(curve_file) if curve_file.is_file() else pd.DataFrame(columns=["step", "dev_bleu"])
+        if adapted and tuning.get("updates"):
+            shared_vocab.append(method)
         rows.append({
             "method": method, "bleu": metrics["bleu"], "chrf": metrics["chrf"], "ter": metrics["ter"],
             "src_vocab": metrics["vocab_size"]["src"], "tgt_vocab": metrics["vocab_size"]["tgt"],
@@ -52,17 +69,42 @@ def main(argv: list[str]) -> None:
             "loo_cos_tgt": zero.get("leave_one_out_cosine_decoder"),
         })
     baseline = cfg.baseline if cfg.baseline in hyps else params.methods[0]
-    others = [(m, hyps[m]) for m in params.methods if m != baseline]
-    tests = paired_bootstrap((baseline, hyps[baseline]), others, refs, cfg.bootstrap_samples, cfg.seed)
+    tests = {ref: paired_bootstrap((ref, hyps[ref]), [(m, hyps[m]) for m in params.methods if m != ref], refs,
+                                   cfg.bootstrap_samples, cfg.seed)
+             for ref in dict.fromkeys([baseline, *cfg.also_against]) if ref in hyps}
+    threshold = cfg.curve_threshold
+    if threshold is None and len(curves[baseline]):
+        threshold = float(curves[baseline]["dev_bleu"].max())
     for row in rows:
-        row["bleu_ci"] = tests[row["method"]]["ci"]
-        row["p_value"] = tests[row["method"]]["p_value"]
+        row["bleu_ci"] = tests[baseline][row["method"]]["ci"]
+        row["p_value"] = tests[baseline][row["method"]]["p_value"]
+        row |= curve_summary(curves[row["method"]], threshold)
     table = build_table(rows, baseline)
+    compared = comparisons_table(tests, {row["method"]: row["bleu"] for row in rows})
+    correlations = rank_correlations(table, shared_vocab)
+    text = "\n\n".join([
+        to_markdown(table),
+        f"## Paired comparisons (sacrebleu paired bootstrap, {cfg.bootstrap_samples} samples; p: of the null "
+        f"hypothesis that method and reference score the same, two-sided)\n\n" + to_markdown(compared),
+        f"## Learning curves\n\nDev BLEU (greedy) during fine-tuning: `learning_curves.png`; dev_bleu_auc = mean "
+        f"dev BLEU over the run (area under the curve / updates), updates_to_threshold = first evaluated update "
+        f"with dev BLEU >= {threshold if threshold is not None else 'n/a'} "
+        f"({'report.curve_threshold' if cfg.curve_threshold is not None else f'the best dev BLEU of {baseline}'})."
+        f"\n\n" + to_markdown(table.loc[table["source"] == "vocabridge",
+                                      ["method", "bleu", "dev_bleu_auc", "updates_to_threshold", "best_update"]]),
+        f"## Do the diagnostics before fine-tuning predict the final BLEU?\n\nSpearman rank correlation over the "
+        f"fine-tuned rows with the downstream vocabulary ({', '.join(shared_vocab) or 'none'}); a diagnostic that "
+        f"predicts well has a correlation near +1 when higher is better, near -1 when lower is better.\n\n"
+        + to_markdown(correlations),
+    ])
     with atomic_dir(paths.REPORTS / "results") as tmp:
         table.to_csv(tmp / "report.csv", index=False)
-        (tmp / "report.md").write_text(to_markdown(table) + neighbours_markdown(diagnostics), encoding="utf-8")
+        compared.to_csv(tmp / "comparisons.csv", index=False)
+        correlations.to_csv(tmp / "correlations.csv", index=False)
+        (tmp / "report.md").write_text(text + neighbours_markdown(diagnostics), encoding="utf-8")
         bleu_plot(table, tmp / "bleu.png")
-    print(to_markdown(table))
+        learning_curves_plot(curves, threshold, tmp / "learning_curves.png")
+    print(text)
 
 
 if __name__ == "__main__":

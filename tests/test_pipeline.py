@@ -12,7 +12,8 @@ from vocabridge.config import LANGS
 from vocabridge.fileio import sha256_file
 
 pytestmark = pytest.mark.e2e
-METHODS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd"]
+METHODS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd",
+           "patt-eg-kd-both", "fwet"]
 ADAPTED = ["ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
 
 
@@ -100,6 +101,11 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
     assert json.loads((tiny_project / "data/models/generator/variants.json").read_text()) == {"trained": ["patt-kd"]}
     kd = json.loads((tiny_project / "data/diagnostics/patt-eg-kd.json").read_text())
     assert kd["sides"] == ["decoder"] and not kd["encoder"]["adapted"] and kd["decoder"]["generator"] == "patt"
+    both = json.loads((tiny_project / "data/diagnostics/patt-eg-kd-both.json").read_text())  # a named row
+    assert both["sides"] == ["decoder", "encoder"] and both["knobs"]["method"] == "patt-eg-kd"
+    assert both["encoder"]["generator"] == "patt" and both["decoder"]["with_members"] > 0
+    fwet = json.loads((tiny_project / "data/diagnostics/fwet.json").read_text())
+    assert fwet["decoder"]["rows"]["projected"] > 0 and fwet["encoder"]["adapted"]
     cbow = json.loads((tiny_project / "data/cbow/stats.json").read_text())
     assert cbow["de"]["dim"] == json.loads((tiny_project / "data/models/pretrained/config.json").read_text())["d_model"]
 

@@ -280,9 +280,11 @@ class Compute:
 
 @dataclass
 class Report:
-    baseline: str = "ft-srcv"
+    baseline: str = "ft-srcv"  # the table's delta and p-value are against this method
+    also_against: list[str] = field(default_factory=lambda: ["in-domain", "ft-tgtv-random"])  # more references
     bootstrap_samples: int = 1000
     seed: int = 12345
+    curve_threshold: float | None = None  # dev BLEU for updates_to_threshold; None: the baseline's best
 
 
 @dataclass

@@ -14,7 +14,8 @@ PUBLISHED = pd.DataFrame([
 
 COLUMNS = ["method", "bleu", "bleu_ci", "chrf", "ter", "delta_bleu", "p_value", "src_vocab", "tgt_vocab",
            "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "updates", "best_update",
-           "zero_shot_dev_bleu", "zero_shot_dev_ppl", "loo_cos_src", "loo_cos_tgt", "source"]
+           "dev_bleu_auc", "updates_to_threshold", "zero_shot_dev_bleu", "zero_shot_dev_ppl", "loo_cos_src",
+           "loo_cos_tgt", "source"]
 
 
 def build_table(rows: list[dict], baseline: str) -> pd.DataFrame:
@@ -72,3 +73,60 @@ def bleu_plot(table: pd.DataFrame, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def curve_summary(curve: pd.DataFrame, threshold: float | None) -> dict:
+    """Area under a dev BLEU learning curve (trapezoids over updates, divided by the last update: the mean dev
+    BLEU of the run) and the first evaluated update at which dev BLEU reached `threshold`."""
+    curve = curve.sort_values("step")
+    if len(curve) < 2 or curve["step"].iloc[-1] <= 0:
+        return {"dev_bleu_auc": None, "updates_to_threshold": None}
+    steps, bleu = curve["step"].to_numpy(float), curve["dev_bleu"].to_numpy(float)
+    auc = float(((bleu[1:] + bleu[:-1]) / 2 * (steps[1:] - steps[:-1])).sum() / steps[-1])
+    reached = curve.loc[curve["dev_bleu"] >= threshold, "step"] if threshold is not None else pd.Series([])
+    return {"dev_bleu_auc": round(auc, 2), "updates_to_threshold": int(reached.iloc[0]) if len(reached) else None}
+
+
+def learning_curves_plot(curves: dict[str, pd.DataFrame], threshold: float | None, path: Path) -> None:
+    """Dev BLEU against updates, every fine-tuned method on one chart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for i, (method, curve) in enumerate(curves.items()):
+        if len(curve) >= 2:
+            ax.plot(curve["step"], curve["dev_bleu"], marker="o", markersize=3, label=method,
+                    linestyle="-" if i < 10 else "--")
+    if threshold is not None:
+        ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=":", label="threshold")
+    ax.set_xlabel("fine-tuning updates")
+    ax.set_ylabel("dev BLEU (greedy)")
+    ax.set_title("Learning curves")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def comparisons_table(tests: dict[str, dict[str, dict]], bleu: dict[str, float]) -> pd.DataFrame:
+    """One row per (method, reference): BLEU difference and paired-bootstrap p-value (`tests[ref][method]`)."""
+    rows = [{"method": method, "against": ref, "delta_bleu": round(bleu[method] - bleu[ref], 2),
+             "p_value": result["p_value"]}
+            for ref, results in tests.items() for method, result in results.items() if method != ref]
+    return pd.DataFrame(rows, columns=["method", "against", "delta_bleu", "p_value"])
+
+
+def rank_correlations(table: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
+    """Spearman rank correlation of each pre-fine-tuning diagnostic with the final test BLEU, over `rows`
+    (methods that share one vocabulary, so that per-token perplexities compare)."""
+    ours = table[(table["source"] == "vocabridge") & table["method"].isin(rows)]
+    out = []
+    for column, better in (("zero_shot_dev_ppl", "lower"), ("zero_shot_dev_bleu", "higher"),
+                           ("loo_cos_src", "higher"), ("loo_cos_tgt", "higher")):
+        pair = ours[["bleu", column]].dropna()
+        rho = pair["bleu"].rank().corr(pair[column].rank()) if len(pair) >= 3 else None
+        out.append({"diagnostic": column, "better": better, "methods": len(pair),
+                    "spearman_with_bleu": None if rho is None or pd.isna(rho) else round(float(rho), 3)})
+    return pd.DataFrame(out)

@@ -1,0 +1,42 @@
+"""The report's summaries on hand-made numbers whose answers are known."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from vocabridge.report import build_table, comparisons_table, curve_summary, learning_curves_plot, rank_correlations
+
+
+def test_area_under_the_curve_and_updates_to_threshold():
+    curve = pd.DataFrame({"step": [0, 100, 200, 400], "dev_bleu": [0.0, 4.0, 8.0, 8.0]})
+    # trapezoids: 100*2 + 100*6 + 200*8 = 2400, over 400 updates
+    assert curve_summary(curve, 6.0) == {"dev_bleu_auc": 6.0, "updates_to_threshold": 200}
+    assert curve_summary(curve.sample(frac=1, random_state=0), 8.0)["updates_to_threshold"] == 200  # any row order
+    assert curve_summary(curve, 9.0)["updates_to_threshold"] is None  # never reached
+    assert curve_summary(pd.DataFrame({"step": [0], "dev_bleu": [1.0]}), 1.0) == {
+        "dev_bleu_auc": None, "updates_to_threshold": None}  # a model that is not fine-tuned has no curve
+
+
+def test_comparisons_and_rank_correlations():
+    tests = {"a": {"a": {"p_value": None}, "b": {"p_value": 0.01}},
+             "b": {"a": {"p_value": 0.01}, "b": {"p_value": None}}}
+    table = comparisons_table(tests, {"a": 10.0, "b": 12.5})
+    assert table.to_dict("records") == [{"method": "b", "against": "a", "delta_bleu": 2.5, "p_value": 0.01},
+                                        {"method": "a", "against": "b", "delta_bleu": -2.5, "p_value": 0.01}]
+    rows = [{"method": m, "bleu": b, "zero_shot_dev_ppl": p, "zero_shot_dev_bleu": 0.0, "loo_cos_src": c,
+             "loo_cos_tgt": None} for m, b, p, c in
+            [("x", 10, 900.0, 0.1), ("y", 12, 500.0, 0.3), ("z", 15, 100.0, 0.2), ("w", 1, 1.0, 0.9)]]
+    full = build_table(rows, "x")
+    corr = rank_correlations(full, ["x", "y", "z"]).set_index("diagnostic")  # w uses another vocabulary
+    assert corr.loc["zero_shot_dev_ppl", "spearman_with_bleu"] == pytest.approx(-1.0)
+    assert corr.loc["loo_cos_src", "spearman_with_bleu"] == pytest.approx(0.5)
+    assert pd.isna(corr.loc["zero_shot_dev_bleu", "spearman_with_bleu"])  # constant: undefined, not 0
+    assert corr.loc["loo_cos_tgt", "methods"] == 0 and pd.isna(corr.loc["loo_cos_tgt", "spearman_with_bleu"])
+
+
+def test_learning_curves_plot_is_written(tmp_path):
+    curves = {f"m{i}": pd.DataFrame({"step": [0, 50, 100], "dev_bleu": [0, i, 2 * i]}) for i in range(12)}
+    learning_curves_plot(curves | {"flat": pd.DataFrame({"step": [0], "dev_bleu": [1.0]})}, 5.0,
+                         tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 5000
