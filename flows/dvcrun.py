@@ -16,18 +16,19 @@ from flows.errors import FlowError, StageError
 BUSY = re.compile(r"is busy, it is being blocked by|Unable to acquire lock")
 
 
-def dvc_env() -> dict[str, str]:
+def dvc_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Stages run with the flow's own interpreter first on PATH (their commands say `python -m stages...`)."""
-    env = dict(os.environ)
+    env = dict(os.environ) | (extra or {})
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("DVC_NO_ANALYTICS", "1")
     return env
 
 
-def dvc(args: list[str], cwd: Path, log: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+def dvc(args: list[str], cwd: Path, log: Callable[[str], None] | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `dvc ARGS` in `cwd`; stream its output lines to `log` (tqdm's carriage-return updates collapsed)."""
     cmd = [sys.executable, "-m", "dvc", *args]
-    proc = subprocess.Popen(cmd, cwd=cwd, env=dvc_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=cwd, env=dvc_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace", bufsize=1)
     lines = []
     assert proc.stdout is not None
@@ -87,7 +88,7 @@ def outcome(output: str, stage: str) -> str:
 
 
 def repro_stage(stage: str, workspace: Path, log: Callable[[str], None] | None = None, force: bool = False,
-                pull: bool = False, lock_timeout: float = 600.0) -> StageRun:
+                pull: bool = False, lock_timeout: float = 600.0, threads: int | None = None) -> StageRun:
     """`dvc repro --single-item STAGE`: DVC decides whether it runs, is restored, or is already up to date.
 
     Another DVC process writing the same outputs makes DVC refuse at once ("is busy"); we wait for it
@@ -97,7 +98,7 @@ def repro_stage(stage: str, workspace: Path, log: Callable[[str], None] | None =
     started = time.time()
     waited = 0
     while True:
-        proc = dvc(args, workspace, log)
+        proc = dvc(args, workspace, log, env={"VOCABRIDGE_THREADS": str(threads)} if threads else None)
         if proc.returncode == 0:
             return StageRun(stage, outcome(proc.stdout, stage), time.time() - started, started, waited)
         if BUSY.search(proc.stdout) and time.time() - started < lock_timeout:

@@ -32,10 +32,12 @@ from flows.report import markdown, stages_table
 
 
 @task(name="dvc-stage", cache_policy=NO_CACHE, persist_result=False)
-def run_stage(stage: str, workspace: str, force: bool = False, lock_timeout: float = 600.0) -> StageRun:
+def run_stage(stage: str, workspace: str, force: bool = False, lock_timeout: float = 600.0,
+              threads: int | None = None) -> StageRun:
     """One stage through DVC in this workspace (Prefect caches nothing: DVC knows what is up to date)."""
     logger = get_run_logger()
-    run = repro_stage(stage, Path(workspace), log=logger.info, force=force, lock_timeout=lock_timeout)
+    run = repro_stage(stage, Path(workspace), log=logger.info, force=force, lock_timeout=lock_timeout,
+                      threads=threads)
     logger.info("%s: %s in %.1f s", stage, run.outcome, run.seconds)
     return run
 
@@ -88,6 +90,8 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
     not_run: list[str] = []
     remote_names = set(dag.match(remote["stages"])) if remote and remote["stages"] else set()
     while pending or running:
+        ready = [n for n, s in pending.items() if all(u in done for u in s.upstream if u in dag.stages)]
+        threads = threads_per_stage(min(jobs, len(running) + len(ready)))
         for name, stage in list(pending.items()):
             upstream = [u for u in stage.upstream if u in dag.stages]
             if any(u in failed or u in not_run for u in upstream):
@@ -102,7 +106,7 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
                         lock_timeout)
                 else:
                     running[name] = run_stage.with_options(**opts).submit(
-                        name, str(workspace), name in forced, lock_timeout)
+                        name, str(workspace), name in forced, lock_timeout, threads)
                 del pending[name]
         if not running:
             break
@@ -151,12 +155,22 @@ def _has_default_remote(workspace: Path) -> bool:
     return True
 
 
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def share_cores(jobs: int) -> int:
-    """The number of stages to run at once, and each one's thread count in $VOCABRIDGE_THREADS."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    jobs = jobs if jobs > 0 else max(2, min(4, cores))
-    os.environ.setdefault("VOCABRIDGE_THREADS", str(max(1, cores // jobs)))
-    return jobs
+    """The number of stages to run at once: `jobs`, or 0 for one per core (2 to 4)."""
+    return jobs if jobs > 0 else max(2, min(4, cores()))
+
+
+def threads_per_stage(at_once: int) -> int | None:
+    """Torch threads for a stage started while `at_once` stages run or are ready ($VOCABRIDGE_THREADS of the
+    stage; compute.threads: 0 reads it): the cores shared out, so that a stage alone (pretrain) gets them all
+    and two fine-tunes side by side get half each. None when the user set $VOCABRIDGE_THREADS themselves."""
+    if os.environ.get("VOCABRIDGE_THREADS"):
+        return None
+    return max(1, cores() // max(1, at_once))
 
 
 @flow(name="vocabridge", task_runner=ThreadPoolTaskRunner(max_workers=16))
@@ -169,8 +183,8 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
 
     With a `profile` other than the workspace's or with `overrides` (`key=value`, as `dvc exp run -S`), the
     run is a DVC experiment in its own clone: the workspace's params.yaml and outputs stay as they were.
-    `jobs` stages run at once (0: one per core, 2 to 4); each gets cores / jobs torch threads
-    ($VOCABRIDGE_THREADS, unless already set), since two one-thread trainings outrun one two-thread training.
+    `jobs` stages run at once (0: one per core, 2 to 4); the cores are shared out among the stages that run
+    (`threads_per_stage`), since on a CPU two one-thread trainings outrun one two-thread training.
     """
     logger = get_run_logger()
     jobs = share_cores(jobs)

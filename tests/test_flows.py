@@ -58,6 +58,19 @@ def outputs(project: Path) -> dict[str, float]:
 
 # The stage graph.
 
+def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
+    import flows.pipeline as fp
+
+    monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
+    monkeypatch.setattr(fp, "cores", lambda: 2)
+    assert fp.share_cores(0) == 2 and fp.share_cores(3) == 3
+    assert [fp.threads_per_stage(n) for n in (0, 1, 2, 4)] == [2, 2, 1, 1]  # alone: all; side by side: half
+    monkeypatch.setattr(fp, "cores", lambda: 16)
+    assert fp.share_cores(0) == 4 and fp.threads_per_stage(4) == 4
+    monkeypatch.setenv("VOCABRIDGE_THREADS", "3")
+    assert fp.threads_per_stage(2) is None  # the user's own setting wins
+
+
 def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
     project = copy_project(tmp_path / "project", profile="tiny")
     dot = run(["dvc", "dag", "--dot"], project).stdout
