@@ -271,3 +271,29 @@ def test_killed_pretraining_resumes_from_its_last_checkpoint(tmp_path):
     from vocabridge.nmt.model import load_model
 
     load_model(project / "data/models/pretrained")
+
+
+def test_finished_experiments_are_collected_into_one_table(tiny_project, tmp_path):
+    import shutil
+
+    from flows.collect import OUT, collect, main, write
+    from flows.errors import FlowError
+
+    project = tmp_path / "project"
+    shutil.copytree(tiny_project, project, symlinks=True)
+    for cmd in (["git", "add", "-A"], ["git", "commit", "-qm", "tiny run"]):
+        assert run(cmd, project).returncode == 0
+    proc = run(["dvc", "exp", "run", "--temp", "-n", "boot50", "-S", "report.bootstrap_samples=50"], project)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    table = collect(project)
+    assert list(dict.fromkeys(table["experiment"])) == ["workspace", "boot50"]
+    exp = table[table["experiment"] == "boot50"].set_index("method")
+    assert (exp["changed"] == "report.bootstrap_samples=50").all() and list(exp.index) == METHODS
+    ours = table[table["experiment"] == "workspace"].set_index("method")
+    assert (exp["bleu"] == ours["bleu"]).all()  # only the bootstrap changed: same translations, same BLEU
+    write(table, project / OUT)
+    assert "boot50: report.bootstrap_samples=50" in (project / OUT / "experiments.md").read_text()
+    assert (project / OUT / "bleu.png").stat().st_size > 5000
+    with pytest.raises(FlowError, match="no experiment named nope"):
+        collect(project, ["nope"])
+    assert main(["--workspace", str(project), "--experiments", "nope"]) == 2

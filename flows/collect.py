@@ -1,0 +1,111 @@
+"""Collect finished experiments (sweeps, `-S` runs, `dvc exp run`) into one table and one plot.
+
+    python -m flows.collect                       # every experiment of HEAD that has a report
+    python -m flows.collect --experiments k-1 k-5 k-10 k-20
+
+Each experiment's params come from `dvc exp show` (DVC's own record) and its results from the report stage's
+`report.csv` as that experiment left it in the DVC cache (`dvc.api.open` at the experiment's revision), so
+nothing is recomputed. The workspace itself is the first row (`workspace`). Writes
+data/reports/experiments/{experiments.csv,experiments.md,bleu.png}: one row per experiment and method with the
+params in which the experiment differs from the workspace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from flows.errors import FlowError
+
+REPORT = "data/reports/results/report.csv"
+OUT = Path("data/reports/experiments")
+RESULTS = ["bleu", "bleu_ci", "chrf", "delta_bleu", "p_value", "dev_bleu_auc", "zero_shot_dev_ppl"]
+
+
+def _params(row: dict) -> dict:
+    return {k.split(":", 1)[1]: v for k, v in row.items() if k.startswith("params.yaml:")}
+
+
+def collect(workspace: Path, names: list[str] | None = None) -> pd.DataFrame:
+    """One row per (experiment, method): what the experiment changed, and its report's results."""
+    import dvc.api
+
+    rows = dvc.api.exp_show(repo=str(workspace))
+    base = next((r for r in rows if r.get("Experiment") in (None, "") and r.get("rev") == "workspace"), None)
+    if base is None:
+        raise FlowError(f"{workspace}: dvc exp show lists no workspace")
+    known = {r["Experiment"] for r in rows if r.get("Experiment")}
+    missing = sorted(set(names or []) - known)
+    if missing:
+        raise FlowError(f"no experiment named {', '.join(missing)} (known: {', '.join(sorted(known)) or 'none'})")
+    frames = []
+    for row in [base, *[r for r in rows if r.get("Experiment") and (not names or r["Experiment"] in names)]]:
+        name = row.get("Experiment") or "workspace"
+        rev = None if name == "workspace" else row["rev"]
+        try:
+            with dvc.api.open(REPORT, repo=str(workspace), rev=rev, encoding="utf-8") as handle:
+                report = pd.read_csv(io.StringIO(handle.read()))
+        except Exception:  # an experiment that stopped before the report stage (e.g. --targets mismatch)
+            continue
+        params = _params(row)
+        changed = {k: v for k, v in params.items() if v != _params(base).get(k)} if rev else {}
+        ours = report[report["source"] == "vocabridge"]
+        frames.append(ours[["method", *[c for c in RESULTS if c in ours]]].assign(
+            experiment=name, changed=", ".join(f"{k}={v}" for k, v in sorted(changed.items())) or "(workspace)"))
+    if not frames:
+        raise FlowError(f"{workspace}: no experiment has {REPORT}; run the whole DAG in them (not --targets)")
+    table = pd.concat(frames, ignore_index=True)
+    return table[["experiment", "changed", "method", *[c for c in RESULTS if c in table]]]
+
+
+def write(table: pd.DataFrame, out: Path) -> None:
+    """CSV, a Markdown pivot of BLEU (experiments x methods) and a grouped bar plot, written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vocabridge.fileio import atomic_dir
+    from vocabridge.report import to_markdown
+
+    label = table["experiment"] + ": " + table["changed"]
+    pivot = table.assign(run=label).pivot_table(index="run", columns="method", values="bleu", sort=False)
+    with atomic_dir(out) as tmp:
+        table.to_csv(tmp / "experiments.csv", index=False)
+        (tmp / "experiments.md").write_text("BLEU per experiment and method\n\n"
+                                            + to_markdown(pivot.reset_index()), encoding="utf-8")
+        fig, ax = plt.subplots(figsize=(max(6, 0.6 * pivot.size + 2), 4), dpi=120)
+        pivot.T.plot.bar(ax=ax, rot=30)
+        ax.set_ylabel("test BLEU")
+        ax.set_title("Experiments")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(tmp / "bleu.png")
+        plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.collect", description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", default=".")
+    parser.add_argument("--experiments", nargs="+", help="names (default: every experiment of HEAD)")
+    parser.add_argument("--out", default=str(OUT), help="output folder, relative to the workspace")
+    args = parser.parse_args(argv)
+    ws = Path(args.workspace).resolve()
+    try:
+        table = collect(ws, args.experiments)
+    except FlowError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    write(table, ws / args.out)
+    from vocabridge.report import to_markdown
+
+    print(to_markdown(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
