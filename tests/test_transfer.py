@@ -109,6 +109,23 @@ def test_va_linear_recovers_a_rotation_exactly(side):
                                atol=1e-5)
 
 
+def test_norm_scale_matches_the_pretrained_rows_norms(side):
+    from vocabridge.transfer.methods import norm_scale
+
+    long = Side(side.name, OLD, NEW, side.emb, kv({t: 10 * side.aux[t] for t in side.aux.index_to_key}))
+    factor = np.linalg.norm(side.emb, axis=1).mean() / np.linalg.norm(long.aux.vectors, axis=1).mean()
+    assert norm_scale(long, knobs(scale="norm")) == pytest.approx(factor, rel=1e-5)
+    assert norm_scale(long, knobs()) == norm_scale(long, knobs(scale="none")) == 1.0  # the paper: as they are
+    plain = cbow(long, knobs(shared="reproject"), np.random.default_rng(0))
+    scaled = cbow(long, knobs(shared="reproject", scale="norm"), np.random.default_rng(0))
+    np.testing.assert_allclose(row(scaled, long, "▁x"), factor * row(plain, long, "▁x"), rtol=1e-5)
+    # a rotation of vectors 10x too long: without the scale the rows keep the 10x; with it, the mapped rows
+    # have the pretrained rows' mean norm (the rotation is recovered up to the common factor)
+    mapped = linear(long, knobs(scale="norm"), np.random.default_rng(0))
+    np.testing.assert_allclose(row(mapped, long, "▁x"), factor * 10 * side.aux["▁x"] @ side.rotation, atol=1e-4)
+    assert mapped.stats["scale"] == pytest.approx(factor, rel=1e-5)
+
+
 def test_leave_one_out_is_perfect_for_va_linear_on_a_rotated_space(side):
     result = leave_one_out(side, linear, knobs(), share=0.25, seed=0)
     assert result["held_out"] == 2 and result["mean_cosine"] == pytest.approx(1.0, abs=1e-4)

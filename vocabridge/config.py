@@ -200,6 +200,8 @@ class TransferMethod:
     max_members: int | None = None  # avg-eg/att-eg/patt-eg: size cap of Sm(w) (subwords + hyperwords)
     patt_scale: Literal["paper", "code"] | None = None  # patt-eg: keep Eq. 3's 1/|Sm(w)| (paper) or not (code)
     fwet_weights: Literal["softmax", "normalized"] | None = None  # fwet: softmax of raw counts (paper) or shares
+    scale: Literal["none", "norm"] | None = None  # va-cbow/va-linear: CBOW vectors as they are (the paper; None
+    #                                               too) or scaled to the pretrained rows' mean norm
 
 
 @dataclass

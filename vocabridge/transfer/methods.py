@@ -43,21 +43,34 @@ def random_init(side: Side, knobs, rng: np.random.Generator) -> Plan:
     return builder.build(rng)
 
 
+def norm_scale(side: Side, knobs) -> float:
+    """`scale: norm`: the factor that gives the CBOW vectors the mean norm of the pretrained rows (an orthogonal
+    map keeps norms, and CBOW vectors are often an order of magnitude longer); 1 for `none` (the paper)."""
+    if knobs.scale in (None, "none"):
+        return 1.0
+    _, vectors = side.aux_rows(np.arange(len(side.new_tokens)))
+    return float(np.linalg.norm(side.emb, axis=1).mean() / max(np.linalg.norm(vectors, axis=1).mean(), 1e-12))
+
+
 def cbow(side: Side, knobs, rng: np.random.Generator) -> Plan:
     builder = PlanBuilder(side, knobs.shared)
     ids, vectors = side.aux_rows(builder.todo)
-    builder.vector(ids, vectors)
-    return builder.build(rng)
+    scale = norm_scale(side, knobs)
+    builder.vector(ids, vectors * scale)
+    return builder.build(rng, **({"scale": round(scale, 6)} if scale != 1.0 else {}))
 
 
 def linear(side: Side, knobs, rng: np.random.Generator) -> Plan:
     builder = PlanBuilder(side, knobs.shared)
     _, old_ids, x = side.anchors(need=2)
+    scale = norm_scale(side, knobs)
+    x = x * scale
     w = procrustes(x, side.emb[old_ids])
     ids, vectors = side.aux_rows(builder.todo)
-    builder.vector(ids, vectors @ w)
+    builder.vector(ids, (vectors * scale) @ w)
     residual = float(np.linalg.norm(x @ w - side.emb[old_ids]) / max(np.linalg.norm(side.emb[old_ids]), 1e-12))
-    return builder.build(rng, anchors=len(old_ids), fit_relative_residual=round(residual, 4))
+    return builder.build(rng, anchors=len(old_ids), fit_relative_residual=round(residual, 4),
+                         **({"scale": round(scale, 6)} if scale != 1.0 else {}))
 
 
 def anchors(side: Side, knobs, rng: np.random.Generator, *, select: Literal["knn", "all", "pieces"],
