@@ -458,3 +458,14 @@ def test_fwet_counts_follow_algorithm_1():
                                atol=1e-6)
     soft = fwet(side, knobs(fwet_weights="softmax"), np.random.default_rng(0))
     np.testing.assert_allclose(soft.apply(side.emb)[n["▁unto"]][[o["▁un"], o["to"]]], [0.5, 0.5], atol=1e-6)
+
+
+def test_fwet_without_text_is_an_error_not_zero_rows():
+    from vocabridge.transfer.methods import fwet
+
+    old, new = ["</s>", "▁the", "<pad>"], ["</s>", "▁the", "▁unto", "<pad>"]
+    seg = Segmenter({"the": ["▁the"]})
+    for text in ([], ["", "  "]):
+        side = Side("decoder", old, new, np.eye(len(old), dtype=np.float32), new_sp=seg, old_sp=seg, text=text)
+        with pytest.raises(InputError, match="fwet found no text to count"):
+            fwet(side, knobs(), np.random.default_rng(0))
