@@ -11,6 +11,7 @@ from __future__ import annotations
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
+from vocabridge.errors import ConfigError
 from vocabridge.fileio import atomic_dir, write_json
 from vocabridge.nmt.model import save_model
 from vocabridge.nmt.train import use_compute
@@ -23,6 +24,11 @@ def main(argv: list[str]) -> None:
     method = get_method(name, params.transfer)
     lang, corpus = params.lang, paths.CORPORA / "downstream"
     knobs = knobs_for(name, params.transfer)
+    if knobs.train_pairs is not None:
+        available = len(read_text_lines(corpus / f"train.{lang.src}"))
+        if knobs.train_pairs > available:
+            raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: {knobs.train_pairs} is more than the "
+                              f"{available} training pairs of {corpus}")
     res = Resources(pretrained=paths.PRETRAINED,
                     downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
                                     "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},

@@ -142,6 +142,19 @@ def test_transfer_bad_knob_fails_cleanly_and_keeps_the_model(tiny_project, tmp_p
     assert not list((tiny_project / "data/models/init").glob(".*"))  # no half-written directory left
 
 
+def test_a_training_size_larger_than_the_corpus_fails_before_writing(tiny_project, tmp_path):
+    params = yaml.safe_load((tiny_project / "params.yaml").read_text())
+    params["transfer"]["va-llm+low"]["train_pairs"] = 10**6
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(params))
+    before = sha256_file(tiny_project / "data/models/init/va-llm+low/model.safetensors")
+    proc = run(["python", "-m", "stages.transfer", "va-llm+low", "--params", str(bad)], tiny_project)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert "transfer.va-llm+low.train_pairs: 1000000 is more than the" in errors[0]
+    assert sha256_file(tiny_project / "data/models/init/va-llm+low/model.safetensors") == before
+
+
 def test_mismatch_report_and_models(tiny_project):
     report = json.loads((tiny_project / "data/reports/mismatch.json").read_text())
     for code in LANGS:
