@@ -1,16 +1,25 @@
 """Stage finetune@METHOD: fine-tune the method's initial model on the downstream training set.
 
 The optimizer and schedule start afresh (Sato et al. 2020, section 4.2). Methods that are evaluated as they
-are (out-domain) are copied unchanged.
+are (out-domain) are copied unchanged. A row with its own `seed` or `train_pairs` (params.yaml `transfer.ROW`,
+recorded by the transfer stage in the model's diagnostics.json) trains with that seed, or on that many pairs
+of the training set: the same sample for every row and seed (the low-resource regime).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import json
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
 
 from stages import _paths as paths
+from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
-from vocabridge.fileio import atomic_dir, sha256_file, write_json
+from vocabridge.errors import ConfigError
+from vocabridge.fileio import atomic_dir, sha256_file, write_json, write_lines
 from vocabridge.nmt.model import copy_model_dir, load_model, save_model
 from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.transfer import get_method
@@ -27,16 +36,37 @@ def main(argv: list[str]) -> None:
         write_json(paths.METRICS / "finetune" / f"{name}.json", {"updates": 0, "best_update": 0})
         return
     model, src, tgt = load_model(init, str(use_compute(params.compute)))
+    row = json.loads((init / "diagnostics.json").read_text(encoding="utf-8")).get("row", {})
+    cfg = replace(cfg, seed=row.get("seed", cfg.seed))
     corpus = paths.CORPORA / "downstream"
     fingerprint = fingerprint_of("finetune", name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
-                                 sha256_file(init / "model.safetensors"))
-    state, summary = fit(model, src, tgt, corpus, lang, cfg, paths.CHECKPOINTS / "finetune" / name, fingerprint,
-                         f"finetune {name}")
+                                 sha256_file(init / "model.safetensors"), *([row] if row else []))
+    with tempfile.TemporaryDirectory(prefix="vocabridge-pairs-") as tmp:
+        if row.get("train_pairs"):
+            corpus = sample_pairs(corpus, lang, row["train_pairs"], Path(tmp), name)
+        state, summary = fit(model, src, tgt, corpus, lang, cfg, paths.CHECKPOINTS / "finetune" / name, fingerprint,
+                             f"finetune {name}")
+    summary |= {"seed": cfg.seed, **({"sampled_pairs": row["train_pairs"]} if row.get("train_pairs") else {})}
     with atomic_dir(out) as tmp:
         save_model(model.cpu(), src, tgt, tmp)
     write_logs(state, plots)
     write_json(paths.METRICS / "finetune" / f"{name}.json", summary)
     print(summary)
+
+
+def sample_pairs(corpus: Path, lang, n: int, out: Path, name: str) -> Path:
+    """A corpus folder with `n` training pairs drawn from `corpus` (a fixed sample: the same for every row and
+    seed, in corpus order) and the same dev set."""
+    src, tgt = read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}")
+    if not 0 < n <= len(src):
+        raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: {n} is not between 1 and the {len(src)} "
+                          f"training pairs of {corpus}")
+    keep = np.sort(np.random.default_rng(0).permutation(len(src))[:n])
+    for code, lines in ((lang.src, src), (lang.tgt, tgt)):
+        write_lines(out / f"train.{code}", [lines[i] for i in keep])
+        for split in ("dev", "test"):
+            (out / f"{split}.{code}").write_bytes((corpus / f"{split}.{code}").read_bytes())
+    return out
 
 
 if __name__ == "__main__":

@@ -25,10 +25,13 @@ from vocabridge.report import (
     curve_summary,
     learning_curves_plot,
     neighbours_markdown,
+    pooled,
     rank_correlations,
+    seed_groups,
+    seeds_table,
     to_markdown,
 )
-from vocabridge.transfer import get_method
+from vocabridge.transfer import get_method, row_group
 
 
 def _read(path, stage: str) -> dict:
@@ -82,6 +85,7 @@ def main(argv: list[str]) -> None:
     table = build_table(rows, baseline)
     compared = comparisons_table(tests, {row["method"]: row["bleu"] for row in rows})
     correlations = rank_correlations(table, shared_vocab)
+    seeds = seed_summary(params, hyps, refs, {row["method"]: row["bleu"] for row in rows}, list(tests))
     text = "\n\n".join([
         to_markdown(table),
         f"## Paired comparisons (sacrebleu paired bootstrap, {cfg.bootstrap_samples} samples; p: of the null "
@@ -96,15 +100,42 @@ def main(argv: list[str]) -> None:
         f"fine-tuned rows with the downstream vocabulary ({', '.join(shared_vocab) or 'none'}); a diagnostic that "
         f"predicts well has a correlation near +1 when higher is better, near -1 when lower is better.\n\n"
         + to_markdown(correlations),
+        *(["## Seeds\n\nRows that differ only in their seed, pooled: mean and spread of test BLEU, and the paired "
+           "bootstrap of the seeds' concatenated outputs against the reference's (its seeds paired in order) in "
+           "the same training regime.\n\n" + to_markdown(seeds)] if seeds is not None else []),
     ])
     with atomic_dir(paths.REPORTS / "results") as tmp:
         table.to_csv(tmp / "report.csv", index=False)
         compared.to_csv(tmp / "comparisons.csv", index=False)
         correlations.to_csv(tmp / "correlations.csv", index=False)
+        if seeds is not None:
+            seeds.to_csv(tmp / "seeds.csv", index=False)
         (tmp / "report.md").write_text(text + neighbours_markdown(diagnostics), encoding="utf-8")
         bleu_plot(table, tmp / "bleu.png")
         learning_curves_plot(curves, threshold, tmp / "learning_curves.png")
     print(text)
+
+
+def seed_summary(params, hyps: dict, refs: list[str], bleu: dict, references: list[str]):
+    """The seeds table (None when every row has one seed): each group against the group of each reference in
+    the same regime (its knobs with this group's `train_pairs`)."""
+    keys = {row: dict(row_group(row, params.transfer)) for row in params.methods}
+    groups = seed_groups(params.methods, lambda row: row_group(row, params.transfer))
+    if all(len(members) == 1 for members in groups.values()):
+        return None
+    cfg, tests = params.report, {}
+    for ref in references:
+        tests[ref] = {}
+        for label, members in groups.items():
+            wanted = keys[ref] | {"train_pairs": keys[label]["train_pairs"]}
+            match = next((g for g in groups if keys[g] == wanted), None)
+            if match is None or match == label:
+                continue
+            mine, theirs, n_refs = pooled(hyps, members, groups[match], refs)
+            result = paired_bootstrap((match, theirs), [(label, mine)], n_refs, cfg.bootstrap_samples, cfg.seed)
+            tests[ref][label] = {"delta": round(result[label]["bleu"] - result[match]["bleu"], 2),
+                                 "p_value": result[label]["p_value"]}
+    return seeds_table(groups, bleu, tests)
 
 
 if __name__ == "__main__":

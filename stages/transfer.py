@@ -11,6 +11,7 @@ from __future__ import annotations
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
+from vocabridge.errors import ConfigError
 from vocabridge.fileio import atomic_dir, write_json
 from vocabridge.nmt.model import save_model
 from vocabridge.nmt.train import use_compute
@@ -22,18 +23,27 @@ def main(argv: list[str]) -> None:
     name, params = paths.method_stage_args(__doc__, argv)
     method = get_method(name, params.transfer)
     lang, corpus = params.lang, paths.CORPORA / "downstream"
+    knobs = knobs_for(name, params.transfer)
+    if knobs.train_pairs is not None:
+        available = len(read_text_lines(corpus / f"train.{lang.src}"))
+        if knobs.train_pairs > available:
+            raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: {knobs.train_pairs} is more than the "
+                              f"{available} training pairs of {corpus}")
     res = Resources(pretrained=paths.PRETRAINED,
                     downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
                                     "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},
-                    seed=params.finetune.train.seed,
+                    seed=params.finetune.train.seed if knobs.seed is None else knobs.seed,
                     cbow={"src": paths.CBOW / f"{lang.src}.bin", "tgt": paths.CBOW / f"{lang.tgt}.bin"},
-                    knobs=knobs_for(name, params.transfer), diagnostics=params.diagnostics, generator=paths.GENERATORS,
+                    knobs=knobs, diagnostics=params.diagnostics, generator=paths.GENERATORS,
                     text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
                           for role, code in (("src", lang.src), ("tgt", lang.tgt))},
                     corpus=corpus)
     use_compute(params.compute)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
+    row = {key: value for key, value in (("seed", knobs.seed), ("train_pairs", knobs.train_pairs)) if value is not None}
+    if row:  # what the finetune stage of this row does differently (it reads it here, with the model)
+        diagnostics["row"] = row
     with atomic_dir(paths.init_model(name)) as tmp:
         save_model(model, src, tgt, tmp)
         write_json(tmp / "diagnostics.json", diagnostics)

@@ -170,3 +170,24 @@ def test_user_model_directories_are_checked(tmp_path, vocabs):
     (tmp_path / "m" / "source.spm").unlink()
     with pytest.raises(InputError, match=r"not a Marian model directory \(missing \['source.spm'\]\)"):
         load_model(tmp_path / "m")
+
+
+def test_checkpoint_of_another_layout_or_configuration_is_removed_not_resumed(tmp_path):
+    from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
+
+    module = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.1)
+    module(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    save_checkpoint(tmp_path / "ckpt", module, optimizer, {"fingerprint": {"a": 1}, "step": 1})
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.Adam(fresh.parameters(), lr=0.1)
+    record = load_checkpoint(tmp_path / "ckpt", {"a": 1}, fresh, fresh_opt, "cpu")
+    assert record["step"] == 1 and torch.equal(fresh.weight, module.weight)
+    assert torch.equal(fresh_opt.state[fresh.weight]["exp_avg"], optimizer.state[module.weight]["exp_avg"])
+    assert load_checkpoint(tmp_path / "ckpt", {"a": 2}, fresh, fresh_opt, "cpu") is None
+    assert not (tmp_path / "ckpt").exists()  # another configuration: removed, training starts afresh
+    save_checkpoint(tmp_path / "ckpt", module, optimizer, {"fingerprint": {"a": 1}})
+    state = tmp_path / "ckpt/last/state.json"
+    state.write_text(state.read_text().replace('"format": 2', '"format": 1'))
+    assert load_checkpoint(tmp_path / "ckpt", {"a": 1}, fresh, fresh_opt, "cpu") is None  # an older layout

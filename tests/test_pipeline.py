@@ -13,8 +13,27 @@ from vocabridge.fileio import sha256_file
 
 pytestmark = pytest.mark.e2e
 METHODS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd",
-           "patt-eg-kd-both", "fwet"]
+           "patt-eg-kd-both", "fwet", "ft-tgtv-random+s2", "va-llm+low"]
 ADAPTED = ["ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
+
+
+def test_seed_replicas_and_the_low_resource_regime(tiny_project):
+    import pandas as pd
+
+    s2 = json.loads((tiny_project / "data/metrics/finetune/ft-tgtv-random+s2.json").read_text())
+    s1 = json.loads((tiny_project / "data/metrics/finetune/ft-tgtv-random.json").read_text())
+    assert s2["seed"] == 2 and s1["seed"] == 1 and s2["train_pairs"] == s1["train_pairs"]
+    low = json.loads((tiny_project / "data/metrics/finetune/va-llm+low.json").read_text())
+    assert low["sampled_pairs"] == 500 and 450 < low["train_pairs"] <= 500 and low["seed"] == 1
+    init = {seed: sha256_file(tiny_project / f"data/models/init/{row}/model.safetensors")
+            for seed, row in ((1, "ft-tgtv-random"), (2, "ft-tgtv-random+s2"))}
+    assert init[1] != init[2]  # the seed draws the random rows too
+    seeds = pd.read_csv(tiny_project / "data/reports/results/seeds.csv").set_index("group")
+    assert seeds.loc["ft-tgtv-random", "seeds"] == 2 and seeds.loc["ft-tgtv-random", "rows"] == \
+        "ft-tgtv-random ft-tgtv-random+s2"
+    assert seeds.loc["ft-tgtv-random", "p_vs_ft-srcv"] <= 1 and seeds.loc["va-llm+low", "seeds"] == 1
+    assert pd.isna(seeds.loc["va-llm+low", "p_vs_ft-srcv"])  # no ft-srcv row in the low-resource regime
+    assert "## Seeds" in (tiny_project / "data/reports/results/report.md").read_text()
 
 
 def lines(path: Path) -> list[str]:
@@ -121,6 +140,19 @@ def test_transfer_bad_knob_fails_cleanly_and_keeps_the_model(tiny_project, tmp_p
     assert proc.returncode == 2 and len(errors) == 1 and "k=100000 is larger than the" in errors[0], proc.stderr
     assert sha256_file(tiny_project / "data/models/init/va-llm/model.safetensors") == before
     assert not list((tiny_project / "data/models/init").glob(".*"))  # no half-written directory left
+
+
+def test_a_training_size_larger_than_the_corpus_fails_before_writing(tiny_project, tmp_path):
+    params = yaml.safe_load((tiny_project / "params.yaml").read_text())
+    params["transfer"]["va-llm+low"]["train_pairs"] = 10**6
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(params))
+    before = sha256_file(tiny_project / "data/models/init/va-llm+low/model.safetensors")
+    proc = run(["python", "-m", "stages.transfer", "va-llm+low", "--params", str(bad)], tiny_project)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert "transfer.va-llm+low.train_pairs: 1000000 is more than the" in errors[0]
+    assert sha256_file(tiny_project / "data/models/init/va-llm+low/model.safetensors") == before
 
 
 def test_mismatch_report_and_models(tiny_project):

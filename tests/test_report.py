@@ -40,3 +40,24 @@ def test_learning_curves_plot_is_written(tmp_path):
     learning_curves_plot(curves | {"flat": pd.DataFrame({"step": [0], "dev_bleu": [1.0]})}, 5.0,
                          tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 5000
+
+
+def test_seed_replicas_are_grouped_and_pooled():
+    from vocabridge.config import TransferMethod
+    from vocabridge.report import pooled, seed_groups, seeds_table
+    from vocabridge.transfer import row_group
+
+    rows = {"va-llm+s2": TransferMethod(method="va-llm", seed=2), "va-llm+s3": TransferMethod(method="va-llm", seed=3),
+            "va-llm+low": TransferMethod(method="va-llm", train_pairs=100), "ft-srcv+s2": TransferMethod(
+                method="ft-srcv", seed=2), "va-llm-k5": TransferMethod(method="va-llm", k=5)}
+    names = ["ft-srcv", "va-llm", "ft-srcv+s2", "va-llm+s2", "va-llm+low", "va-llm+s3", "va-llm-k5"]
+    groups = seed_groups(names, lambda r: row_group(r, rows))
+    assert groups == {"ft-srcv": ["ft-srcv", "ft-srcv+s2"], "va-llm": ["va-llm", "va-llm+s2", "va-llm+s3"],
+                      "va-llm+low": ["va-llm+low"], "va-llm-k5": ["va-llm-k5"]}  # another k is another experiment
+    hyps = {"a1": ["x", "y"], "a2": ["z", "w"], "b1": ["p", "q"]}
+    mine, theirs, refs = pooled(hyps, ["a1", "a2"], ["b1"], ["r1", "r2"])
+    assert mine == ["x", "y", "z", "w"] and theirs == ["p", "q", "p", "q"] and refs == ["r1", "r2", "r1", "r2"]
+    table = seeds_table({"g": ["a1", "a2"], "h": ["b1"]}, {"a1": 10.0, "a2": 12.0, "b1": 9.0},
+                        {"h": {"g": {"delta": 2.0, "p_value": 0.01}}}).set_index("group")
+    assert table.loc["g", "bleu_mean"] == 11.0 and table.loc["g", "bleu_std"] == pytest.approx(1.41, abs=0.01)
+    assert table.loc["g", "seeds"] == 2 and table.loc["g", "p_vs_h"] == 0.01 and pd.isna(table.loc["h", "bleu_std"])

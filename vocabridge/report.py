@@ -138,3 +138,41 @@ def rank_correlations(table: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
         out.append({"diagnostic": column, "better": better, "methods": len(pair),
                     "spearman_with_bleu": None if rho is None or pd.isna(rho) else round(float(rho), 3)})
     return pd.DataFrame(out)
+
+
+def seed_groups(rows: list[str], key) -> dict[str, list[str]]:
+    """Rows that differ only in their seed (`key(row)` equal), under the first one's name, in the rows' order."""
+    label_of: dict = {}
+    groups: dict[str, list[str]] = {}
+    for row in rows:
+        groups.setdefault(label_of.setdefault(key(row), row), []).append(row)
+    return groups
+
+
+def pooled(hyps: dict[str, list[str]], members: list[str], reference: list[str], refs: list[str]):
+    """The seeds of a group and of its reference paired up in order (the reference's seeds repeated when it
+    has fewer) and concatenated: one system each over len(members) copies of the test set, for a paired
+    bootstrap that pools the seeds."""
+    mine = [line for m in members for line in hyps[m]]
+    theirs = [line for i in range(len(members)) for line in hyps[reference[i % len(reference)]]]
+    return mine, theirs, refs * len(members)
+
+
+def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dict[str, dict[str, dict]]):
+    """Mean and spread of test BLEU over each group's seeds, with the pooled paired-bootstrap delta and p-value
+    against each reference (`tests[reference][group]`: {"delta", "p_value"})."""
+    import numpy as np
+
+    rows = []
+    for label, members in groups.items():
+        scores = np.array([bleu[m] for m in members])
+        row = {"group": label, "rows": " ".join(members), "seeds": len(members),
+               "bleu_mean": round(float(scores.mean()), 2),
+               "bleu_std": round(float(scores.std(ddof=1)), 2) if len(scores) > 1 else None,
+               "bleu_min": float(scores.min()), "bleu_max": float(scores.max())}
+        for ref, results in tests.items():
+            result = results.get(label)
+            row[f"delta_vs_{ref}"] = result["delta"] if result else None
+            row[f"p_vs_{ref}"] = result["p_value"] if result else None
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,13 +19,14 @@ import pandas as pd
 import sacrebleu
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import load_model, save_model
 from tqdm import tqdm
 from transformers import MarianMTModel, get_inverse_sqrt_schedule
 
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import VocabridgeError
-from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.fileio import atomic_dir
+from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab
@@ -94,40 +94,21 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------------------------
     def _save(self, which: str) -> None:
+        if which == "last":
+            sched = {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
+            save_checkpoint(self.ckpt_dir, self.model, self.optimizer,
+                            {"state": asdict(self.state), "scheduler": sched, "fingerprint": self.fingerprint})
+            return
         with atomic_dir(self.ckpt_dir / which) as tmp:
             save_model(self.model, str(tmp / "model.safetensors"))
-            if which == "last":
-                tensors = {"rng": torch.get_rng_state()}
-                params = [p for g in self.optimizer.param_groups for p in g["params"]]
-                for i, param in enumerate(params):
-                    for key, value in self.optimizer.state[param].items():
-                        tensors[f"{i}.{key}"] = value.detach().cpu().clone().contiguous()
-                save_file(tensors, str(tmp / "optimizer.safetensors"))
-                sched = {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
-                write_json(tmp / "state.json", {"state": asdict(self.state), "scheduler": sched,
-                                                "fingerprint": self.fingerprint})
 
     def _resume(self) -> bool:
-        last = self.ckpt_dir / "last"
-        if not (last / "state.json").is_file():
+        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.model, self.optimizer, self.device)
+        if saved is None:
             return False
-        saved = json.loads((last / "state.json").read_text())
-        if saved["fingerprint"] != self.fingerprint:
-            shutil.rmtree(self.ckpt_dir)  # a checkpoint of another configuration: start afresh
-            return False
-        load_model(self.model, str(last / "model.safetensors"), device=str(self.device))
-        tensors = load_file(str(last / "optimizer.safetensors"))
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        for i, p in enumerate(params):
-            state = {key.split(".", 1)[1]: v.to(self.device) if key.endswith(("exp_avg", "exp_avg_sq")) else v
-                     for key, v in tensors.items() if key.split(".", 1)[0] == str(i)}
-            if state:
-                self.optimizer.state[p] = state
-        sched = self.scheduler.state_dict() | saved["scheduler"]
-        self.scheduler.load_state_dict(sched)
+        self.scheduler.load_state_dict(self.scheduler.state_dict() | saved["scheduler"])
         for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
             group["lr"] = lr
-        torch.set_rng_state(tensors["rng"])
         self.state = State(**saved["state"])
         return True
 

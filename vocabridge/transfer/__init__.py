@@ -176,6 +176,13 @@ def get_method(name: str, rows: dict[str, TransferMethod] | None = None) -> Meth
     return METHODS[base]
 
 
+def row_group(name: str, given: dict[str, TransferMethod]) -> tuple:
+    """What a row is apart from its seed: rows that differ only in `seed` are replicas of one experiment."""
+    knobs = dataclasses.asdict(knobs_for(name, given))
+    knobs["method"] = knobs["method"] or name
+    return tuple(sorted((k, v) for k, v in knobs.items() if k != "seed"))
+
+
 def generators_needed(methods: list[str], rows: dict[str, TransferMethod] | None = None) -> list[str]:
     """The generator variants that the listed methods use (the generator stage trains only these)."""
     return sorted({get_method(m, rows).generator for m in methods} - {None})
@@ -196,6 +203,8 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
     knobs = dataclasses.replace(merged, **overrides)
     if knobs.k < 1:
         raise ConfigError(f"params.yaml: transfer.{name}.k: must be at least 1, got {knobs.k}")
+    if knobs.train_pairs is not None and knobs.train_pairs < 1:
+        raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: must be at least 1, got {knobs.train_pairs}")
     if knobs.reg < 0:
         raise ConfigError(f"params.yaml: transfer.{name}.reg: must be >= 0, got {knobs.reg}")
     return knobs

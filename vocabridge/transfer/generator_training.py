@@ -26,9 +26,7 @@ uninterrupted one.
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import sys
 import time
 from collections.abc import Collection
@@ -39,13 +37,12 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 from transformers import MarianMTModel
 
 from vocabridge.config import GeneratorTraining, Resegment
 from vocabridge.errors import InputError
-from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, make_batches
 from vocabridge.nmt.vocab import Vocab
 from vocabridge.transfer.generator import Generator
@@ -306,30 +303,13 @@ class GeneratorTrainer:
 
     # -- checkpoints ------------------------------------------------------------------------------------------
     def _save(self) -> None:
-        with atomic_dir(self.ckpt_dir / "last") as tmp:
-            tensors = {f"gen.{k}": v.detach().cpu().contiguous() for k, v in self.gen.state_dict().items()}
-            for key, value in self.optimizer.state_dict()["state"].get(0, {}).items():
-                tensors[f"adam.{key}"] = value.detach().cpu().contiguous()
-            tensors["torch_rng"] = torch.get_rng_state()
-            save_file(tensors, str(tmp / "checkpoint.safetensors"))
-            write_json(tmp / "state.json", {"state": asdict(self.state), "fingerprint": self.fingerprint})
+        save_checkpoint(self.ckpt_dir, self.gen, self.optimizer,
+                        {"state": asdict(self.state), "fingerprint": self.fingerprint})
 
     def _resume(self) -> bool:
-        last = self.ckpt_dir / "last"
-        if not (last / "state.json").is_file():
+        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.gen, self.optimizer, self.device)
+        if saved is None:
             return False
-        saved = json.loads((last / "state.json").read_text())
-        if saved["fingerprint"] != self.fingerprint:
-            shutil.rmtree(self.ckpt_dir)  # a checkpoint of another configuration: start afresh
-            return False
-        tensors = load_file(str(last / "checkpoint.safetensors"))
-        self.gen.load_state_dict({k[4:]: v.to(self.device) for k, v in tensors.items() if k.startswith("gen.")})
-        adam = {k[5:]: v.to(self.device) if k != "adam.step" else v for k, v in tensors.items()
-                if k.startswith("adam.")}
-        state = self.optimizer.state_dict()
-        state["state"] = {0: adam} if adam else {}
-        self.optimizer.load_state_dict(state)
-        torch.set_rng_state(tensors["torch_rng"])
         self.state = State(**saved["state"])
         return True
 
