@@ -249,7 +249,8 @@ def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_
 
 def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_path):
     """`prefect deploy` from prefect.yaml; the `full` deployment runs on a cpu pool and sends spm@* to the
-    `gpu` pool, whose worker runs each in its own clone with data through a local-folder DVC remote."""
+    `gpu` pool, whose worker runs each in its own clone with data through a local-folder DVC remote; then the
+    `ablation` deployment sweeps va-llm's k over 1, 5, 10, 20 on the tiny profile, one DVC experiment each."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -279,6 +280,14 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
                             "--watch-interval", "2", "--watch-timeout", "300"], project, env, timeout=330)
         logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
         assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+        # the ablation deployment: Sato et al.'s k sweep of va-llm, one DVC experiment per value
+        assert run(["git", "add", "-A"], project).returncode == 0
+        assert run(["git", "commit", "-qm", "before the sweep"], project).returncode == 0
+        sweep_params = {"methods": ["va-llm"], "values": ["1", "5", "10", "20"]}
+        proc = prefect_cli(["deployment", "run", "vocabridge-sweep/ablation", "--params", json.dumps(sweep_params),
+                            "--watch", "--watch-interval", "2", "--watch-timeout", "900"], project, env, timeout=930)
+        logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
+        assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
         with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
             report = client.read_artifacts(artifact_filter=REPORT_ARTIFACT, sort=ArtifactSort.CREATED_DESC,
                                            limit=1)[0].data
@@ -296,3 +305,9 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
     assert outcomes["prepare@upstream"] == outcomes["mismatch"] == "ran"
     assert run(["dvc", "status", "mismatch"], project).stdout.strip() == "Data and pipelines are up to date."
     assert list((store / "runs").rglob("*")), "the worker pushed no run-cache entry"
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], project).stdout)
+    experiments = {e["name"]: e for base in shown for e in (base.get("experiments") or [])}
+    assert {"k-1", "k-5", "k-10", "k-20"} <= set(experiments), sorted(experiments)
+    ks = {name: exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["transfer"]["va-llm"]["k"]
+          for name, exp in experiments.items() if name.startswith("k-")}
+    assert ks == {"k-1": 1, "k-5": 5, "k-10": 10, "k-20": 20}
