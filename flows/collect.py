@@ -26,14 +26,30 @@ OUT = Path("data/reports/experiments")
 RESULTS = ["bleu", "bleu_ci", "chrf", "delta_bleu", "p_value", "dev_bleu_auc", "zero_shot_dev_ppl"]
 
 
-def _params(row: dict) -> dict:
-    return {k.split(":", 1)[1]: v for k, v in row.items() if k.startswith("params.yaml:")}
+def _params(row: dict, known: set[str]) -> dict:
+    """The params of an `exp_show` row: its columns that name a key of params.yaml (DVC prefixes them with the
+    file's name only where a name is ambiguous)."""
+    out = {}
+    for column, value in row.items():
+        key = column.split(":", 1)[1] if column.startswith("params.yaml:") else column
+        if key in known:
+            out[key] = value
+    return out
+
+
+def _show(value) -> str:
+    """A param value as params.yaml would say it (exp_show hands numbers back as floats: 50 -> 50.0)."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def collect(workspace: Path, names: list[str] | None = None) -> pd.DataFrame:
     """One row per (experiment, method): what the experiment changed, and its report's results."""
     import dvc.api
+    import yaml
 
+    from vocabridge.config import flatten
+
+    known = set(flatten(yaml.safe_load((workspace / "params.yaml").read_text(encoding="utf-8")) or {}))
     rows = dvc.api.exp_show(repo=str(workspace))
     base = next((r for r in rows if r.get("Experiment") in (None, "") and r.get("rev") == "workspace"), None)
     if base is None:
@@ -51,11 +67,11 @@ def collect(workspace: Path, names: list[str] | None = None) -> pd.DataFrame:
                 report = pd.read_csv(io.StringIO(handle.read()))
         except Exception:  # an experiment that stopped before the report stage (e.g. --targets mismatch)
             continue
-        params = _params(row)
-        changed = {k: v for k, v in params.items() if v != _params(base).get(k)} if rev else {}
+        params, before = _params(row, known), _params(base, known)
+        changed = {k: v for k, v in params.items() if v != before.get(k)} if rev else {}
         ours = report[report["source"] == "vocabridge"]
         frames.append(ours[["method", *[c for c in RESULTS if c in ours]]].assign(
-            experiment=name, changed=", ".join(f"{k}={v}" for k, v in sorted(changed.items())) or "(workspace)"))
+            experiment=name, changed=", ".join(f"{k}={_show(v)}" for k, v in sorted(changed.items())) or "(workspace)"))
     if not frames:
         raise FlowError(f"{workspace}: no experiment has {REPORT}; run the whole DAG in them (not --targets)")
     table = pd.concat(frames, ignore_index=True)

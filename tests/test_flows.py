@@ -280,6 +280,12 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
                             "--watch-interval", "2", "--watch-timeout", "300"], project, env, timeout=330)
         logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
         assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+        with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+            report = client.read_artifacts(artifact_filter=REPORT_ARTIFACT, sort=ArtifactSort.CREATED_DESC,
+                                           limit=1)[0].data
+            stage_runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["vocabridge-stage"])),
+                                               limit=10)
+            deployments = {d.name for d in client.read_deployments(limit=20)}
         # the ablation deployment: Sato et al.'s k sweep of va-llm, one DVC experiment per value
         assert run(["git", "add", "-A"], project).returncode == 0
         assert run(["git", "commit", "-qm", "before the sweep"], project).returncode == 0
@@ -288,12 +294,6 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
                             "--watch", "--watch-interval", "2", "--watch-timeout", "900"], project, env, timeout=930)
         logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
         assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
-        with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
-            report = client.read_artifacts(artifact_filter=REPORT_ARTIFACT, sort=ArtifactSort.CREATED_DESC,
-                                           limit=1)[0].data
-            stage_runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["vocabridge-stage"])),
-                                               limit=10)
-            deployments = {d.name for d in client.read_deployments(limit=20)}
     finally:
         for proc in reversed(procs):
             stop(proc)
