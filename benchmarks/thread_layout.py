@@ -5,7 +5,8 @@
 
 Each worker is a separate process that fine-tunes the pipeline's pretrained model (data/models/pretrained, run
 `dvc repro pretrain` first) on the downstream training set with the default profile's `finetune.train`
-settings (batches, bf16, Adam), the loop of vocabridge/nmt/train.py, and reports target tokens and seconds.
+settings (batches, bf16, Adam) with train_throughput.py's timed loop of vocabridge/nmt/train.py's step, and
+reports its target tokens/s.
 Layout A: one process with `--cores` threads. Layout B: `--cores` processes with one thread each, started
 together. Printed: target tokens/s of each layout (B summed over its processes) and the ratio B / A: above 1,
 running independent fine-tunes side by side with one thread each finishes the matrix sooner.
@@ -17,20 +18,19 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def worker(threads: int, updates: int, warm: int, offset: int) -> dict:
+def worker(threads: int, updates: int, warm: int) -> dict:
     import torch
 
+    from benchmarks.train_throughput import ours
     from vocabridge.config import load_params
     from vocabridge.corpora.user import read_text_lines
-    from vocabridge.nmt.data import Parallel, collate, make_batches
+    from vocabridge.nmt.data import Parallel
     from vocabridge.nmt.model import load_model
-    from vocabridge.nmt.train import Trainer
 
     torch.set_num_threads(threads)
     params = load_params()
@@ -39,27 +39,18 @@ def worker(threads: int, updates: int, warm: int, offset: int) -> dict:
     corpus = Path("data/corpora/downstream")
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
                            src, tgt, cfg.max_len)
-    trainer = Trainer(model, src, tgt, data, ([], []), cfg, Path("/tmp/vb-bench-layout"), {}, "bench")
-    batches = make_batches(data, cfg.batch_tokens, cfg.seed + offset, 0)[: updates + warm]
-    model.train()
-    tokens, started = 0, 0.0
-    for i, idx in enumerate(batches):
-        if i == warm:
-            started = time.perf_counter()
-        trainer._step(collate(data, idx, src.pad_id, tgt.pad_id, tgt.pad_id))
-        if i >= warm:
-            tokens += int(sum(len(data.tgt[j]) for j in idx))
-    return {"threads": threads, "tokens": tokens, "seconds": time.perf_counter() - started}
+    tokens_per_s, _ = ours(model, src, tgt, data, cfg, updates, warm)  # train_throughput.py's timed loop
+    return {"threads": threads, "tokens_per_s": tokens_per_s}
 
 
 def run_layout(processes: int, threads: int, updates: int, warm: int) -> float:
     """Target tokens/s of `processes` workers started together, summed."""
     cmd = [sys.executable, __file__, "--worker", str(threads), "--updates", str(updates), "--warm", str(warm)]
-    procs = [subprocess.Popen([*cmd, "--offset", str(i)], stdout=subprocess.PIPE, text=True) for i in range(processes)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
     results = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit("a worker failed")
-    return sum(r["tokens"] / r["seconds"] for r in results)
+    return sum(r["tokens_per_s"] for r in results)
 
 
 def main() -> None:
@@ -68,10 +59,9 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=5)
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.updates, args.warm, args.offset)))
+        print(json.dumps(worker(args.worker, args.updates, args.warm)))
         return
     one = run_layout(1, args.cores, args.updates, args.warm)
     side = run_layout(args.cores, 1, args.updates, args.warm)
