@@ -54,10 +54,10 @@ def collect(workspace: Path, names: list[str] | None = None) -> pd.DataFrame:
     base = next((r for r in rows if r.get("Experiment") in (None, "") and r.get("rev") == "workspace"), None)
     if base is None:
         raise FlowError(f"{workspace}: dvc exp show lists no workspace")
-    known = {r["Experiment"] for r in rows if r.get("Experiment")}
-    missing = sorted(set(names or []) - known)
+    experiments = {r["Experiment"] for r in rows if r.get("Experiment")}
+    missing = sorted(set(names or []) - experiments)
     if missing:
-        raise FlowError(f"no experiment named {', '.join(missing)} (known: {', '.join(sorted(known)) or 'none'})")
+        raise FlowError(f"no experiment named {', '.join(missing)} (known: {', '.join(sorted(experiments)) or 'none'})")
     frames = []
     for row in [base, *[r for r in rows if r.get("Experiment") and (not names or r["Experiment"] in names)]]:
         name = row.get("Experiment") or "workspace"
