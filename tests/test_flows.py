@@ -217,7 +217,9 @@ def toy_project(tmp_path):
                                 ("after", ["data/broken.txt"], 0)):
         spec["stages"][name] = {"cmd": f"python flaky.py {name}", "deps": ["flaky.py", *deps],
                                 "outs": [f"data/{name}.txt"], "meta": {"prefect": {"retries": retries}}}
-    spec["stages"]["sibling"]["cmd"] = "python -c \"open('data/sibling.txt', 'w').write('ok')\""
+    # sibling runs beside flaky, so it makes data/ itself rather than race flaky's mkdir
+    spec["stages"]["sibling"]["cmd"] = ("python -c \"import os; os.makedirs('data', exist_ok=True); "
+                                        "open('data/sibling.txt', 'w').write('ok')\"")
     (project / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return project
 
