@@ -13,6 +13,9 @@ from flows.errors import FlowError
 # (`meta: {prefect: {gpu: false}}`). Downloads fail transiently, so `prepare` is retried by default.
 GPU_GROUPS = frozenset({"pretrain", "generator", "finetune", "evaluate"})
 RETRY_GROUPS = {"prepare": 3}
+# Long stages on the critical path that every later stage waits for: they get all the cores however many
+# short stages run beside them (`meta: {prefect: {all_cores: false}}` to share instead).
+ALL_CORE_GROUPS = frozenset({"pretrain"})
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class Stage:
     upstream: tuple[str, ...] = ()
     gpu: bool = False
     retries: int = 0
+    all_cores: bool = False  # torch threads = every core, not the share of the stages running beside it
     reports: tuple[str, ...] = ()  # metrics files and Markdown/CSV tables it declares (paths in the workspace)
     outs: tuple[str, ...] = ()
 
@@ -130,6 +134,7 @@ def load_dag(workspace: Path) -> Dag:
                     upstream=tuple(sorted(address(u) for u in graph.successors(stage) if u in pipeline)),
                     gpu=bool(meta.get("gpu", group in GPU_GROUPS)),
                     retries=int(meta.get("retries", RETRY_GROUPS.get(group, 0))),
+                    all_cores=bool(meta.get("all_cores", group in ALL_CORE_GROUPS)),
                     reports=reports,
                     outs=tuple(str(o.def_path) for o in stage.outs),
                 )

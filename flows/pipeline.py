@@ -106,7 +106,8 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
                         lock_timeout)
                 else:
                     running[name] = run_stage.with_options(**opts).submit(
-                        name, str(workspace), name in forced, lock_timeout, threads)
+                        name, str(workspace), name in forced, lock_timeout,
+                        threads_per_stage(1) if stage.all_cores else threads)
                 del pending[name]
         if not running:
             break

@@ -1,9 +1,10 @@
 """Stage finetune@METHOD: fine-tune the method's initial model on the downstream training set.
 
 The optimizer and schedule start afresh (Sato et al. 2020, section 4.2). Methods that are evaluated as they
-are (out-domain) are copied unchanged. A row with its own `seed` or `train_pairs` (params.yaml `transfer.ROW`,
-recorded by the transfer stage in the model's diagnostics.json) trains with that seed, or on that many pairs
-of the training set: the same sample for every row and seed (the low-resource regime).
+are (out-domain) are copied unchanged. Rows train on `finetune.train_pairs` pairs of the training set (0: all;
+otherwise a fixed sample, the same for every row and seed: the low-resource regime). A row with its own `seed`
+or `train_pairs` (params.yaml `transfer.ROW`, recorded by the transfer stage in the model's diagnostics.json)
+trains with that seed, or on that many pairs.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ def main(argv: list[str]) -> None:
     corpus = paths.CORPORA / "downstream"
     fingerprint = fingerprint_of("finetune", name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
                                  sha256_file(init / "model.safetensors"), *([row] if row else []))
+    key, pairs = ((f"transfer.{name}.train_pairs", row["train_pairs"]) if "train_pairs" in row
+                  else ("finetune.train_pairs", params.finetune.train_pairs))
     with tempfile.TemporaryDirectory(prefix="vocabridge-pairs-") as tmp:
-        if row.get("train_pairs"):
-            corpus = sample_pairs(corpus, lang, row["train_pairs"], Path(tmp), name)
+        if pairs:
+            corpus = sample_pairs(corpus, lang, pairs, Path(tmp), key)
         state, summary = fit(model, src, tgt, corpus, lang, cfg, paths.CHECKPOINTS / "finetune" / name, fingerprint,
                              f"finetune {name}")
-    summary |= {"seed": cfg.seed, **({"sampled_pairs": row["train_pairs"]} if row.get("train_pairs") else {})}
+    summary |= {"seed": cfg.seed, **({"sampled_pairs": pairs} if pairs else {})}
     with atomic_dir(out) as tmp:
         save_model(model.cpu(), src, tgt, tmp)
     write_logs(state, plots)
@@ -54,13 +57,12 @@ def main(argv: list[str]) -> None:
     print(summary)
 
 
-def sample_pairs(corpus: Path, lang, n: int, out: Path, name: str) -> Path:
+def sample_pairs(corpus: Path, lang, n: int, out: Path, key: str) -> Path:
     """A corpus folder with `n` training pairs drawn from `corpus` (a fixed sample: the same for every row and
-    seed, in corpus order) and the same dev set."""
+    seed, in corpus order) and the same dev set; `key` names the param in errors."""
     src, tgt = read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}")
     if not 0 < n <= len(src):
-        raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: {n} is not between 1 and the {len(src)} "
-                          f"training pairs of {corpus}")
+        raise ConfigError(f"params.yaml: {key}: {n} is not between 1 and the {len(src)} training pairs of {corpus}")
     keep = np.sort(np.random.default_rng(0).permutation(len(src))[:n])
     for code, lines in ((lang.src, src), (lang.tgt, tgt)):
         write_lines(out / f"train.{code}", [lines[i] for i in keep])

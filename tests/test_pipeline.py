@@ -23,6 +23,7 @@ def test_seed_replicas_and_the_low_resource_regime(tiny_project):
     s2 = json.loads((tiny_project / "data/metrics/finetune/ft-tgtv-random+s2.json").read_text())
     s1 = json.loads((tiny_project / "data/metrics/finetune/ft-tgtv-random.json").read_text())
     assert s2["seed"] == 2 and s1["seed"] == 1 and s2["train_pairs"] == s1["train_pairs"]
+    assert s1["sampled_pairs"] == s2["sampled_pairs"] == 1000  # finetune.train_pairs: every row's regime
     low = json.loads((tiny_project / "data/metrics/finetune/va-llm+low.json").read_text())
     assert low["sampled_pairs"] == 500 and 450 < low["train_pairs"] <= 500 and low["seed"] == 1
     init = {seed: sha256_file(tiny_project / f"data/models/init/{row}/model.safetensors")

@@ -174,6 +174,8 @@ class Pretrain:
 @dataclass
 class Finetune:
     train: Training = field(default_factory=lambda: Training(max_updates=2500, warmup=500, eval_every=250))
+    train_pairs: int = 0  # every row fine-tunes on a fixed sample of N downstream pairs (the low-resource
+    #                       regime; the same sample for every row and seed); 0: all; transfer.ROW.train_pairs overrides
 
 
 @dataclass
@@ -204,7 +206,7 @@ class TransferMethod:
     #                                               too) or scaled to the pretrained rows' mean norm
     seed: int | None = None  # the row's seed (random rows, fine-tuning); None: finetune.train.seed
     train_pairs: int | None = None  # fine-tune on N downstream pairs (a seeded sample; the low-resource regime);
-    #                                 None: all of them
+    #                                 0: all of them; None: finetune.train_pairs
 
 
 @dataclass

@@ -203,8 +203,8 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
     knobs = dataclasses.replace(merged, **overrides)
     if knobs.k < 1:
         raise ConfigError(f"params.yaml: transfer.{name}.k: must be at least 1, got {knobs.k}")
-    if knobs.train_pairs is not None and knobs.train_pairs < 1:
-        raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: must be at least 1, got {knobs.train_pairs}")
+    if knobs.train_pairs is not None and knobs.train_pairs < 0:
+        raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: must be >= 0 (0: all), got {knobs.train_pairs}")
     if knobs.reg < 0:
         raise ConfigError(f"params.yaml: transfer.{name}.reg: must be >= 0, got {knobs.reg}")
     return knobs
