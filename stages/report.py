@@ -23,6 +23,7 @@ from vocabridge.report import (
     build_table,
     comparisons_table,
     curve_summary,
+    group_curves,
     learning_curves_plot,
     neighbours_markdown,
     pooled,
@@ -85,12 +86,17 @@ def main(argv: list[str]) -> None:
     table = build_table(rows, baseline)
     compared = comparisons_table(tests, {row["method"]: row["bleu"] for row in rows})
     correlations = rank_correlations(table, shared_vocab)
-    seeds = seed_summary(params, hyps, refs, {row["method"]: row["bleu"] for row in rows}, list(tests))
+    keys = {row: row_group(row, params.transfer) for row in params.methods}
+    groups = seed_groups(params.methods, keys.__getitem__)
+    seeds = seed_summary(params, keys, groups, hyps, refs, {row["method"]: row["bleu"] for row in rows}, list(tests),
+                         {row["method"]: row["dev_bleu_auc"] for row in rows})
+    grouped_curves = group_curves(curves, groups)
     text = "\n\n".join([
         to_markdown(table),
         f"## Paired comparisons (sacrebleu paired bootstrap, {cfg.bootstrap_samples} samples; p: of the null "
         f"hypothesis that method and reference score the same, two-sided)\n\n" + to_markdown(compared),
-        f"## Learning curves\n\nDev BLEU (greedy) during fine-tuning: `learning_curves.png`; dev_bleu_auc = mean "
+        f"## Learning curves\n\nDev BLEU (greedy) during fine-tuning: `learning_curves.png` (a row's seeds as their "
+        f"mean and range; the figures in `learning_curves.csv`); dev_bleu_auc = mean "
         f"dev BLEU over the run (area under the curve / updates), updates_to_threshold = first evaluated update "
         f"with dev BLEU >= {threshold if threshold is not None else 'n/a'} "
         f"({'report.curve_threshold' if cfg.curve_threshold is not None else f'the best dev BLEU of {baseline}'})."
@@ -112,15 +118,16 @@ def main(argv: list[str]) -> None:
             seeds.to_csv(tmp / "seeds.csv", index=False)
         (tmp / "report.md").write_text(text + neighbours_markdown(diagnostics), encoding="utf-8")
         bleu_plot(table, tmp / "bleu.png")
-        learning_curves_plot(curves, threshold, tmp / "learning_curves.png")
+        grouped_curves.to_csv(tmp / "learning_curves.csv", index=False)
+        learning_curves_plot(grouped_curves, threshold, tmp / "learning_curves.png")
     print(text)
 
 
-def seed_summary(params, hyps: dict, refs: list[str], bleu: dict, references: list[str]):
+def seed_summary(params, keys: dict[str, tuple], groups: dict[str, list[str]], hyps: dict, refs: list[str],
+                 bleu: dict, references: list[str], auc: dict):
     """The seeds table (None when every row has one seed): each group against the group of each reference in
-    the same regime (its knobs with this group's `train_pairs`)."""
-    keys = {row: dict(row_group(row, params.transfer)) for row in params.methods}
-    groups = seed_groups(params.methods, lambda row: row_group(row, params.transfer))
+    the same regime (its knobs, `keys`, with this group's `train_pairs`)."""
+    keys = {row: dict(key) for row, key in keys.items()}
     if all(len(members) == 1 for members in groups.values()):
         return None
     cfg, tests = params.report, {}
@@ -135,7 +142,7 @@ def seed_summary(params, hyps: dict, refs: list[str], bleu: dict, references: li
             result = paired_bootstrap((match, theirs), [(label, mine)], n_refs, cfg.bootstrap_samples, cfg.seed)
             tests[ref][label] = {"delta": round(result[label]["bleu"] - result[match]["bleu"], 2),
                                  "p_value": result[label]["p_value"]}
-    return seeds_table(groups, bleu, tests)
+    return seeds_table(groups, bleu, tests, auc)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from vocabridge.report import build_table, comparisons_table, curve_summary, learning_curves_plot, rank_correlations
+from vocabridge.report import (
+    build_table,
+    comparisons_table,
+    curve_summary,
+    group_curves,
+    learning_curves_plot,
+    rank_correlations,
+)
 
 
 def test_area_under_the_curve_and_updates_to_threshold():
@@ -35,10 +42,17 @@ def test_comparisons_and_rank_correlations():
     assert corr.loc["loo_cos_tgt", "methods"] == 0 and pd.isna(corr.loc["loo_cos_tgt", "spearman_with_bleu"])
 
 
-def test_learning_curves_plot_is_written(tmp_path):
+def test_learning_curves_of_seeds_are_averaged_and_plotted(tmp_path):
     curves = {f"m{i}": pd.DataFrame({"step": [0, 50, 100], "dev_bleu": [0, i, 2 * i]}) for i in range(12)}
-    learning_curves_plot(curves | {"flat": pd.DataFrame({"step": [0], "dev_bleu": [1.0]})}, 5.0,
-                         tmp_path / "curves.png")
+    curves |= {"s2": pd.DataFrame({"step": [0, 50, 100, 150], "dev_bleu": [0.0, 4.0, 8.0, 9.0]}),
+               "flat": pd.DataFrame({"step": [0], "dev_bleu": [1.0]})}
+    groups = {f"m{i}": [f"m{i}"] for i in range(1, 12)} | {"m0": ["m0", "s2"], "flat": ["flat"]}
+    grouped = group_curves(curves, groups)
+    seeded = grouped[grouped["group"] == "m0"]
+    assert seeded["step"].tolist() == [0, 50, 100]  # the updates both seeds evaluated
+    assert seeded["dev_bleu"].tolist() == [0.0, 2.0, 4.0] and seeded["dev_bleu_max"].tolist() == [0.0, 4.0, 8.0]
+    assert (seeded["seeds"] == 2).all() and "flat" not in set(grouped["group"])  # one point: no curve
+    learning_curves_plot(grouped, 5.0, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 5000
 
 
@@ -58,6 +72,8 @@ def test_seed_replicas_are_grouped_and_pooled():
     mine, theirs, refs = pooled(hyps, ["a1", "a2"], ["b1"], ["r1", "r2"])
     assert mine == ["x", "y", "z", "w"] and theirs == ["p", "q", "p", "q"] and refs == ["r1", "r2", "r1", "r2"]
     table = seeds_table({"g": ["a1", "a2"], "h": ["b1"]}, {"a1": 10.0, "a2": 12.0, "b1": 9.0},
-                        {"h": {"g": {"delta": 2.0, "p_value": 0.01}}}).set_index("group")
+                        {"h": {"g": {"delta": 2.0, "p_value": 0.01}}}, {"a1": 3.0, "a2": 4.0, "b1": None}
+                        ).set_index("group")
+    assert table.loc["g", "dev_bleu_auc_mean"] == 3.5 and pd.isna(table.loc["h", "dev_bleu_auc_mean"])
     assert table.loc["g", "bleu_mean"] == 11.0 and table.loc["g", "bleu_std"] == pytest.approx(1.41, abs=0.01)
     assert table.loc["g", "seeds"] == 2 and table.loc["g", "p_vs_h"] == 0.01 and pd.isna(table.loc["h", "bleu_std"])

@@ -95,18 +95,40 @@ def curve_summary(curve: pd.DataFrame, threshold: float | None) -> dict:
     return {"dev_bleu_auc": round(auc, 2), "updates_to_threshold": int(reached.iloc[0]) if len(reached) else None}
 
 
-def learning_curves_plot(curves: dict[str, pd.DataFrame], threshold: float | None, path: Path) -> None:
-    """Dev BLEU against updates, every fine-tuned method on one chart."""
+def group_curves(curves: dict[str, pd.DataFrame], groups: dict[str, list[str]]) -> pd.DataFrame:
+    """One learning curve per group of seeds: mean, min and max dev BLEU at the updates every member evaluated
+    (columns group, seeds, step, dev_bleu, dev_bleu_min, dev_bleu_max); groups without a curve are left out."""
+    frames = []
+    for label, members in groups.items():
+        runs = [curves[m].set_index("step")["dev_bleu"].rename(m) for m in members if len(curves[m]) >= 2]
+        if len(runs) != len(members):
+            continue
+        joined = pd.concat(runs, axis=1, join="inner").sort_index()
+        frames.append(pd.DataFrame({"group": label, "seeds": len(members), "step": joined.index.astype(int),
+                                    "dev_bleu": joined.mean(axis=1).round(2).to_numpy(),
+                                    "dev_bleu_min": joined.min(axis=1).to_numpy(),
+                                    "dev_bleu_max": joined.max(axis=1).to_numpy()}))
+    columns = ["group", "seeds", "step", "dev_bleu", "dev_bleu_min", "dev_bleu_max"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def learning_curves_plot(curves: pd.DataFrame, threshold: float | None, path: Path) -> None:
+    """Dev BLEU against updates, every fine-tuned group on one chart (`group_curves`): the mean over its seeds,
+    and the band between the lowest and highest seed where it has several."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-    for i, (method, curve) in enumerate(curves.items()):
-        if len(curve) >= 2:
-            ax.plot(curve["step"], curve["dev_bleu"], marker="o", markersize=3, label=method,
-                    linestyle="-" if i < 10 else "--")
+    for i, (label, curve) in enumerate(curves.groupby("group", sort=False)):
+        seeds = int(curve["seeds"].iloc[0])
+        line, = ax.plot(curve["step"], curve["dev_bleu"], marker="o", markersize=3,
+                        label=f"{label} (mean of {seeds} seeds)" if seeds > 1 else label,
+                        linestyle="-" if i < 10 else "--")
+        if seeds > 1:
+            ax.fill_between(curve["step"], curve["dev_bleu_min"], curve["dev_bleu_max"], color=line.get_color(),
+                            alpha=0.15, linewidth=0)
     if threshold is not None:
         ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=":", label="threshold")
     ax.set_xlabel("fine-tuning updates")
@@ -158,9 +180,11 @@ def pooled(hyps: dict[str, list[str]], members: list[str], reference: list[str],
     return mine, theirs, refs * len(members)
 
 
-def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dict[str, dict[str, dict]]):
-    """Mean and spread of test BLEU over each group's seeds, with the pooled paired-bootstrap delta and p-value
-    against each reference (`tests[reference][group]`: {"delta", "p_value"})."""
+def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dict[str, dict[str, dict]],
+                auc: dict[str, float | None] | None = None):
+    """Mean and spread of test BLEU over each group's seeds, the mean area under their learning curves (`auc`
+    per row), with the pooled paired-bootstrap delta and p-value against each reference
+    (`tests[reference][group]`: {"delta", "p_value"})."""
     import numpy as np
 
     rows = []
@@ -170,6 +194,8 @@ def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dic
                "bleu_mean": round(float(scores.mean()), 2),
                "bleu_std": round(float(scores.std(ddof=1)), 2) if len(scores) > 1 else None,
                "bleu_min": float(scores.min()), "bleu_max": float(scores.max())}
+        aucs = [auc.get(m) for m in members] if auc else [None]
+        row["dev_bleu_auc_mean"] = round(float(np.mean(aucs)), 2) if None not in aucs else None
         for ref, results in tests.items():
             result = results.get(label)
             row[f"delta_vs_{ref}"] = result["delta"] if result else None
