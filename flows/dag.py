@@ -15,7 +15,7 @@ GPU_GROUPS = frozenset({"pretrain", "generator", "finetune", "evaluate"})
 RETRY_GROUPS = {"prepare": 3}
 # Long stages on the critical path that every later stage waits for: they get all the cores however many
 # short stages run beside them (`meta: {prefect: {all_cores: false}}` to share instead).
-ALL_CORE_GROUPS = frozenset({"pretrain"})
+ALL_CORE_GROUPS = frozenset({"pretrain", "generator"})
 
 
 @dataclass(frozen=True)

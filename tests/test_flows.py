@@ -91,7 +91,8 @@ def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
     (project / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     dag = load_dag(project)
     assert dag.stages["toytrain@alpha"].upstream == ("mismatch",)
-    assert dag.stages["pretrain"].all_cores and not dag.stages["toytrain@alpha"].all_cores  # pretrain: every core
+    assert dag.stages["pretrain"].all_cores and dag.stages["generator"].all_cores  # the critical path: every core
+    assert not dag.stages["toytrain@alpha"].all_cores
     assert dag.stages["toyreport"].upstream == ("toytrain@alpha", "toytrain@beta")
     assert "gpu" in dag.stages["toyreport"].tags and dag.stages["toyreport"].retries == 2
     assert "item:alpha" in dag.stages["toytrain@alpha"].tags and "gpu" not in dag.stages["toytrain@alpha"].tags
