@@ -437,6 +437,21 @@ def test_avg_eg_is_the_mean_of_sm(side):
     np.testing.assert_array_equal(plan.apply(emb)[new.index("▁sun")], emb[old.index("▁sun")])
 
 
+def test_a_token_without_sm_members_gets_a_counted_random_row_not_zero():
+    from vocabridge.transfer.methods import generated
+
+    old = ["</s>", "<unk>", "▁sun", "shine", "▁sunshine", "<pad>"]
+    new = ["</s>", "<unk>", "▁sun", "▁sunsh", "▁qqq", "<pad>"]
+    seg = Segmenter({"sunsh": ["▁sun", "sh"], "qqq": ["▁q", "qq"]})  # no piece of qqq, no token containing it
+    emb = np.random.default_rng(0).normal(size=(len(old), D)).astype(np.float32)
+    plan = generated(Side("decoder", old, new, emb, None, seg), knobs(max_members=10, patt_scale="paper"),
+                     np.random.default_rng(0))
+    row = plan.apply(emb)[new.index("▁qqq")]
+    assert plan.kind[new.index("▁qqq")] == "random" and plan.kind[new.index("▁sunsh")] == "projected"
+    assert np.linalg.norm(row) > 0.1 * np.linalg.norm(emb, axis=1).mean()
+    assert plan.stats["without_members"] == 1 and plan.stats["with_members"] == 1
+
+
 def test_fwet_counts_follow_algorithm_1():
     from vocabridge.transfer.methods import fwet, fwet_counts
 
