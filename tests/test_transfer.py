@@ -422,30 +422,32 @@ def test_generator_files_are_safetensors(tmp_path):
         load_generator(tmp_path / "missing.safetensors", 4)
 
 
-def test_avg_eg_is_the_mean_of_sm(side):
+SUN = ["</s>", "<unk>", "▁sun", "shine", "▁sunshine", "▁sunny", "<pad>"]  # a pretrained vocabulary
+
+
+def avg_eg_plan(new: list[str], segmentations: dict[str, list[str]]):
+    """avg-eg's plan for the decoder side from SUN to `new`, with hand-written pretrained segmentations."""
     from vocabridge.transfer.methods import generated
 
-    old = ["</s>", "<unk>", "▁sun", "shine", "▁sunshine", "▁sunny", "<pad>"]
+    emb = np.random.default_rng(0).normal(size=(len(SUN), D)).astype(np.float32)
+    plan = generated(Side("decoder", SUN, new, emb, None, Segmenter(segmentations)),
+                     knobs(max_members=10, patt_scale="paper"), np.random.default_rng(0))
+    return emb, plan
+
+
+def test_avg_eg_is_the_mean_of_sm(side):
     new = ["</s>", "<unk>", "▁sun", "▁sunsh", "<pad>"]
-    seg = Segmenter({"sunsh": ["▁sun", "sh"]})
-    emb = np.random.default_rng(0).normal(size=(len(old), D)).astype(np.float32)
-    plan = generated(Side("decoder", old, new, emb, None, seg), knobs(max_members=10, patt_scale="paper"),
-                     np.random.default_rng(0))
+    emb, plan = avg_eg_plan(new, {"sunsh": ["▁sun", "sh"]})
     # subwords: ▁sun (sh is not a pretrained piece); hyperwords: ▁sunshine
-    expected = emb[[old.index("▁sun"), old.index("▁sunshine")]].mean(0)
+    expected = emb[[SUN.index("▁sun"), SUN.index("▁sunshine")]].mean(0)
     np.testing.assert_allclose(plan.apply(emb)[new.index("▁sunsh")], expected, atol=1e-6)
-    np.testing.assert_array_equal(plan.apply(emb)[new.index("▁sun")], emb[old.index("▁sun")])
+    np.testing.assert_array_equal(plan.apply(emb)[new.index("▁sun")], emb[SUN.index("▁sun")])
 
 
 def test_a_token_without_sm_members_gets_a_counted_random_row_not_zero():
-    from vocabridge.transfer.methods import generated
-
-    old = ["</s>", "<unk>", "▁sun", "shine", "▁sunshine", "<pad>"]
     new = ["</s>", "<unk>", "▁sun", "▁sunsh", "▁qqq", "<pad>"]
-    seg = Segmenter({"sunsh": ["▁sun", "sh"], "qqq": ["▁q", "qq"]})  # no piece of qqq, no token containing it
-    emb = np.random.default_rng(0).normal(size=(len(old), D)).astype(np.float32)
-    plan = generated(Side("decoder", old, new, emb, None, seg), knobs(max_members=10, patt_scale="paper"),
-                     np.random.default_rng(0))
+    # no piece of qqq, no pretrained token containing it
+    emb, plan = avg_eg_plan(new, {"sunsh": ["▁sun", "sh"], "qqq": ["▁q", "qq"]})
     row = plan.apply(emb)[new.index("▁qqq")]
     assert plan.kind[new.index("▁qqq")] == "random" and plan.kind[new.index("▁sunsh")] == "projected"
     assert np.linalg.norm(row) > 0.1 * np.linalg.norm(emb, axis=1).mean()
