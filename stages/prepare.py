@@ -8,6 +8,7 @@ from pathlib import Path
 
 from vocabridge.config import load_params
 from vocabridge.corpora.build import build_downstream, build_upstream, write_corpus
+from vocabridge.corpora.user import USER_CORPORA, check_inside
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir
 
@@ -21,8 +22,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, help="output folder (default data/corpora/DOMAIN)")
     args = parser.parse_args(argv)
     params = load_params(args.params)
+    domain = getattr(params.prepare, args.domain)
+    check_inside(domain.files, USER_CORPORA / args.domain, f"prepare.{args.domain}", f"prepare@{args.domain}")
     corpus = BUILDERS[args.domain](params.prepare, params.lang)
-    recipe = getattr(params.prepare, args.domain).recipe
+    recipe = domain.recipe
     with atomic_dir(args.out or Path("data/corpora") / args.domain) as tmp:
         stats = write_corpus(corpus, tmp, args.domain, recipe)
     print(json.dumps({k: stats[k] for k in ("domain", "pairs", "mono", "dropped")}, indent=1))

@@ -2,10 +2,38 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from vocabridge.config import LANGS, FileSpec, Lang
-from vocabridge.errors import InputError
+from vocabridge.config import LANGS, FileSpec, Lang, UserFiles
+from vocabridge.errors import ConfigError, InputError
+
+# The user's own files for domain D live in corpora/D/, a dependency of prepare@D in dvc.yaml: DVC hashes the
+# folder, so adding, changing or removing a file there makes `dvc status` report the stage and `dvc repro`
+# rerun it (DVC cannot take a dependency list from params.yaml).
+USER_CORPORA = Path("corpora")
+
+
+def named_files(files: UserFiles, key: str) -> list[tuple[str, str]]:
+    """(params key, path) of every file that `files` names."""
+    out = []
+    for split in ("train", "dev", "test"):
+        for i, spec in enumerate(getattr(files, split)):
+            out.extend((f"{key}.files.{split}[{i}].{name}", path)
+                       for name in ("src", "tgt", "tsv") if (path := getattr(spec, name)))
+    for code, paths in files.mono.items():
+        out.extend((f"{key}.files.mono.{code}[{i}]", path) for i, path in enumerate(paths))
+    return out
+
+
+def check_inside(files: UserFiles, folder: Path, key: str, stage: str) -> None:
+    """Every file that `files` names must lie in `folder`, the stage's dependency, or its changes would go
+    unnoticed."""
+    root = os.path.abspath(folder)
+    for name, path in named_files(files, key):
+        if os.path.commonpath([os.path.abspath(path), root]) != root:
+            raise ConfigError(f"{name}: {path} lies outside {folder.as_posix()}/, the folder {stage} depends on "
+                              f"(dvc.yaml); move it there so that changing it reruns {stage}")
 
 
 def read_text_lines(path: str | Path) -> list[str]:
