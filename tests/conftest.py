@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ["params.yaml", "dvc.yaml", "profiles", "stages", "vocabridge", ".dvc", ".gitignore", "pyproject.toml"]
+PROJECT_FILES = ["params.yaml", "dvc.yaml", "profiles", "stages", "vocabridge", "corpora", ".dvc", ".gitignore",
+                 "pyproject.toml"]
 
 
 def write_mo(pairs: list[tuple[str, str]], charset: str = "UTF-8") -> bytes:

@@ -262,13 +262,14 @@ def test_no_network_to_the_registries(tmp_path, domain):
 
 def test_misaligned_user_files(tmp_path):
     def edit(params, project):
-        (project / "mine.de").write_text("eins\nzwei\ndrei\n")
-        (project / "mine.en").write_text("one\ntwo\n")
+        (project / "corpora/downstream/mine.de").write_text("eins\nzwei\ndrei\n")
+        (project / "corpora/downstream/mine.en").write_text("one\ntwo\n")
         params["prepare"]["downstream"]["recipe"] = "files"
-        params["prepare"]["downstream"]["files"]["train"] = [{"src": "mine.de", "tgt": "mine.en"}]
+        params["prepare"]["downstream"]["files"]["train"] = [{"src": "corpora/downstream/mine.de",
+                                                              "tgt": "corpora/downstream/mine.en"}]
 
     proc, leftovers = stage_in_copy(tmp_path, edit, args=("downstream",))
-    assert_clean_failure(proc, leftovers, r"mine.en:3: aligned files differ in length")
+    assert_clean_failure(proc, leftovers, r"corpora/downstream/mine.en:3: aligned files differ in length")
 
 
 def test_killed_pretraining_resumes_from_its_last_checkpoint(tmp_path):
