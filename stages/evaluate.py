@@ -12,6 +12,7 @@ from vocabridge.entry import run
 from vocabridge.evaluate import score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.nmt.model import load_model
+from vocabridge.nmt.precision import Precision, resolve_bf16
 from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import translate
 
@@ -23,6 +24,7 @@ def main(argv: list[str]) -> None:
     model, src, tgt = load_model(paths.finetuned(method), str(device))
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
+    precision = Precision(False, "ctranslate2 (its own default compute type)")
     if cfg.decoder == "ctranslate2":
         from vocabridge.ct2 import translate_ct2
 
@@ -30,11 +32,12 @@ def main(argv: list[str]) -> None:
                                     batch_tokens=cfg.batch_tokens, threads=threads_of(params.compute.threads),
                                     device=device.type)
     else:
+        precision = resolve_bf16(cfg.bf16, device)
         hyps, speed = translate(model, src, tgt, sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                                batch_tokens=cfg.batch_tokens, bf16=cfg.bf16)
+                                batch_tokens=cfg.batch_tokens, bf16=precision.bf16)
     metrics = {"method": method, "decoder": cfg.decoder, "test_sentences": len(sources), "beam": cfg.beam,
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
-               **score(hyps, refs), **speed}
+               **score(hyps, refs), **speed, **precision.as_metrics()}
     with atomic_dir(paths.evaluation(method)) as tmp:
         write_lines(tmp / "hyp.txt", hyps)
         write_json(tmp / "metrics.json", metrics)

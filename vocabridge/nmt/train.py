@@ -1,7 +1,8 @@
 """The training loop shared by pretraining and fine-tuning.
 
-Adam with inverse-square-root warm-up, label smoothing, gradient clipping, bf16 autocast (CPU with AMX,
-or GPU), dev BLEU (greedy) for checkpoint selection and early stopping. Checkpoints (safetensors + JSON,
+Adam with inverse-square-root warm-up, label smoothing, gradient clipping, bf16 autocast where this machine
+runs it faster than fp32 (nmt.precision), dev BLEU (greedy) for checkpoint selection and early stopping
+(a tie goes to the later update). Checkpoints (safetensors + JSON,
 no pickle) are written atomically every N updates; a rerun with the same fingerprint resumes exactly where
 the last checkpoint left off (same batches, same dropout masks).
 """
@@ -28,6 +29,7 @@ from vocabridge.errors import VocabridgeError
 from vocabridge.fileio import atomic_dir
 from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
+from vocabridge.nmt.precision import resolve_bf16
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab
 
@@ -87,7 +89,8 @@ class Trainer:
         self.dev_src, self.dev_ref = dev[0][: cfg.dev_sentences], dev[1][: cfg.dev_sentences]
         self.ckpt_dir, self.fingerprint, self.name = Path(ckpt_dir), fingerprint, name
         self.device = next(model.parameters()).device
-        self.bf16 = cfg.bf16 and (self.device.type == "cuda" or torch.backends.mkldnn.is_available())
+        self.precision = resolve_bf16(cfg.bf16, self.device)
+        self.bf16 = self.precision.bf16
         self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
         self.scheduler = get_inverse_sqrt_schedule(self.optimizer, num_warmup_steps=max(cfg.warmup, 1))
         self.state = State()
@@ -136,8 +139,9 @@ class Trainer:
         bleu = dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
         self.model.train()
         st.dev_log.append({"step": st.step, "dev_bleu": bleu})
-        if bleu > st.best_bleu:
-            st.best_bleu, st.best_step, st.bad_evals = bleu, st.step, 0
+        if bleu >= st.best_bleu:  # a tie goes to the later update: more training, never the untouched start
+            st.bad_evals = 0 if bleu > st.best_bleu else st.bad_evals + 1
+            st.best_bleu, st.best_step = bleu, st.step
             self._save("best")
         else:
             st.bad_evals += 1
@@ -149,6 +153,7 @@ class Trainer:
         cfg, st = self.cfg, self.state
         resumed = self._resume()
         st = self.state
+        tqdm.write(f"{self.name}: computing in {self.precision.name} ({self.precision.reason})", file=sys.stderr)
         if resumed:
             tqdm.write(f"{self.name}: resuming from the checkpoint at update {st.step} ({self.ckpt_dir / 'last'})",
                        file=sys.stderr)
@@ -221,7 +226,8 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
         "train_seconds": round(state.seconds, 1),
         "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
         "padding_share": round(padding_share(data, make_batches(data, cfg.batch_tokens, cfg.seed, 0)), 4),
-        "bf16": trainer.bf16, "device": str(trainer.device), "threads": torch.get_num_threads(),
+        "bf16": trainer.bf16, **trainer.precision.as_metrics(), "device": str(trainer.device),
+        "threads": torch.get_num_threads(),
     }
     return state, summary
 

@@ -414,7 +414,7 @@ def summary(state: State, trainer: GeneratorTrainer) -> dict:
         "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
         "unseen_per_step": round(state.unseen / max(state.step, 1), 1),
         "unseen_without_members_share": round(state.unseen_without_members / max(state.unseen, 1), 4),
-        "device": str(trainer.device), "threads": torch.get_num_threads(),
+        "device": str(trainer.device), "threads": torch.get_num_threads(), "precision": "fp32",
         "generator_norm": round(math.sqrt(sum(float(p.detach().pow(2).sum()) for p in trainer.gen.parameters())), 4),
     }
 

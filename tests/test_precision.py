@@ -1,0 +1,75 @@
+"""bf16 only where the machine runs it faster than fp32: the decision, its probe cache, and a real AVX2-only run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vocabridge.config import ConfigError, Training, parse
+from vocabridge.nmt import precision
+from vocabridge.nmt.precision import resolve_bf16
+
+
+def never() -> float:
+    raise AssertionError("the probe must not run here")
+
+
+def test_auto_uses_bf16_only_when_the_probe_finds_it_faster():
+    fast = resolve_bf16("auto", "cpu", cpu_supported=lambda: True, speedup=lambda: 1.6)
+    slow = resolve_bf16("auto", "cpu", cpu_supported=lambda: True, speedup=lambda: 0.9)
+    level = resolve_bf16("auto", "cpu", cpu_supported=lambda: True, speedup=lambda: 1.01)
+    assert fast.bf16 and fast.name == "bf16" and "1.60x" in fast.reason
+    assert not slow.bf16 and not level.bf16 and slow.as_metrics()["precision"] == "fp32"
+
+
+def test_a_cpu_without_native_bf16_never_gets_it_and_is_never_probed():
+    warnings = []
+    auto = resolve_bf16("auto", "cpu", cpu_supported=lambda: False, speedup=never, warn=warnings.append)
+    forced = resolve_bf16(True, "cpu", cpu_supported=lambda: False, speedup=never, warn=warnings.append)
+    assert not auto.bf16 and not forced.bf16
+    assert len(warnings) == 1 and warnings[0].startswith("warning: bf16: true") and "\n" not in warnings[0]
+
+
+def test_false_is_fp32_and_true_is_bf16_on_native_hardware():
+    assert not resolve_bf16(False, "cpu", cpu_supported=never, speedup=never).bf16
+    assert resolve_bf16(True, "cpu", cpu_supported=lambda: True, speedup=never).bf16
+    with pytest.raises(ValueError, match="auto, true or false"):
+        resolve_bf16("yes", "cpu")
+
+
+def test_the_probe_runs_once_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOCABRIDGE_CACHE", str(tmp_path))
+    calls = []
+
+    def probe() -> float:
+        calls.append(1)
+        return 1.3
+
+    assert precision.cached_cpu_speedup(probe) == 1.3
+    assert precision.cached_cpu_speedup(probe) == 1.3
+    assert len(calls) == 1
+    (entry,) = json.loads((tmp_path / "precision.json").read_text()).values()
+    assert entry["speedup"] == 1.3
+    (tmp_path / "precision.json").write_text("not json")  # a damaged cache is measured again, not an error
+    assert precision.cached_cpu_speedup(probe) == 1.3 and len(calls) == 2
+
+
+def test_params_accept_auto_true_false_and_name_a_bad_value():
+    for value in ("auto", True, False):
+        assert parse(Training, {"bf16": value}, "params.pretrain.train").bf16 == value
+    with pytest.raises(ConfigError, match="params.pretrain.train.bf16"):
+        parse(Training, {"bf16": "yes"}, "params.pretrain.train")
+
+
+def test_an_avx2_only_cpu_computes_in_fp32_even_when_bf16_is_forced(tmp_path):
+    """torch and oneDNN limited to AVX2, as on the CPUs where bf16 runs ~60x slower than fp32."""
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", VOCABRIDGE_CACHE=str(tmp_path))
+    code = ("import json, torch; from vocabridge.nmt.precision import resolve_bf16, describe_cpu; "
+            "print(json.dumps([describe_cpu(), resolve_bf16('auto').bf16, resolve_bf16(True).bf16]))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    cpu, auto, forced = json.loads(proc.stdout)
+    assert cpu["capability"] == "AVX2" and cpu["bf16_native"] is False
+    assert auto is False and forced is False
+    assert "warning: bf16: true" in proc.stderr

@@ -1,0 +1,172 @@
+"""Which float precision a stage computes in: bf16 autocast only where this machine runs it faster than fp32.
+
+`bf16: auto` (the default) uses bf16 on a CUDA GPU that supports it, and on a CPU only when oneDNN supports
+bf16 there *and* a short timed probe shows it faster than fp32. x86 builds of torch report mkldnn as
+available on every CPU, but on a CPU with AVX2 and no AVX-512 bf16 the bf16 kernels are emulated and run
+about 60x slower than fp32; on AVX-512 bf16 CPUs bf16 is about 1.1-1.5x faster, on AMX several times.
+`bf16: true` forces bf16 where the hardware has it, and falls back to fp32 with a one-line warning where it
+does not. The probe's result is cached per machine (CPU model, ISA, torch version, thread count), so only
+the first stage on a machine pays its few hundred milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MIN_SPEEDUP = 1.05  # bf16 must beat fp32 by this much on the probe to be chosen: never slower than fp32
+PROBE_TOKENS, PROBE_DIM, PROBE_FFN = 256, 256, 1024  # a Transformer feed-forward block of the default model
+PROBE_SECONDS = 0.1  # timed work per precision, after one warm-up pass
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precision a stage uses and why; `as_metrics()` goes into the stage's metrics."""
+
+    bf16: bool
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return "bf16" if self.bf16 else "fp32"
+
+    def as_metrics(self) -> dict:
+        return {"precision": self.name, "precision_reason": self.reason}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def cpu_bf16_supported() -> bool:
+    """oneDNN's own answer: native bf16 instructions (AVX-512 bf16 or AMX); False on AVX2-only CPUs."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(check()) if check is not None else False
+    except RuntimeError:
+        return False
+
+
+def describe_cpu() -> dict:
+    """What every reported timing names: CPU, torch's ISA level, native bf16 yes/no, threads."""
+    return {"cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(),
+            "bf16_native": cpu_bf16_supported(), "threads": torch.get_num_threads()}
+
+
+def _block_seconds(bf16: bool, budget: float, give_up_after: float | None = None) -> float:
+    """Seconds per forward+backward of a feed-forward block; stops early once it is clearly slow."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(PROBE_TOKENS, PROBE_DIM, generator=gen, requires_grad=True)
+    w1 = torch.randn(PROBE_FFN, PROBE_DIM, generator=gen, requires_grad=True)
+    w2 = torch.randn(PROBE_DIM, PROBE_FFN, generator=gen, requires_grad=True)
+
+    def once() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            y = torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(x, w1)), w2)
+        y.float().sum().backward()
+
+    started = time.perf_counter()
+    once()  # warm-up (oneDNN primitive creation)
+    warm = time.perf_counter() - started
+    if give_up_after is not None and warm > give_up_after:
+        return warm
+    reps, started = 0, time.perf_counter()
+    while True:
+        once()
+        reps += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= budget or (give_up_after is not None and elapsed / reps > give_up_after):
+            return elapsed / reps
+
+
+def probe_cpu_speedup() -> float:
+    """fp32 time / bf16 time of the probe block at the current thread count (>1: bf16 is faster)."""
+    fp32 = _block_seconds(False, PROBE_SECONDS)
+    bf16 = _block_seconds(True, PROBE_SECONDS, give_up_after=max(20 * fp32, 0.02))
+    return fp32 / bf16
+
+
+def cache_file() -> Path:
+    root = os.environ.get("VOCABRIDGE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vocabridge")
+    return Path(root) / "precision.json"
+
+
+def _machine_key() -> str:
+    isa = ",".join(f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ)
+    return "|".join([cpu_name(), torch.backends.cpu.get_cpu_capability(), torch.__version__,
+                     f"threads={torch.get_num_threads()}", isa])
+
+
+def cached_cpu_speedup(probe: Callable[[], float] = probe_cpu_speedup) -> float:
+    """The probe's result for this machine, measured once and kept in the cache file (atomically replaced)."""
+    path, key = cache_file(), _machine_key()
+    try:
+        cache = json.loads(path.read_text())
+        if not isinstance(cache, dict):
+            cache = {}
+    except (OSError, ValueError):
+        cache = {}
+    entry = cache.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
+        return float(entry["speedup"])
+    speedup = probe()
+    cache[key] = {"speedup": round(speedup, 3), "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home: probe again next time
+    return speedup
+
+
+def resolve_bf16(setting: bool | str, device: torch.device | str = "cpu", *,
+                 cpu_supported: Callable[[], bool] = cpu_bf16_supported,
+                 speedup: Callable[[], float] = cached_cpu_speedup, warn: Callable[[str], None] | None = None
+                 ) -> Precision:
+    """Decide bf16 autocast for `device` from a `bf16: auto | true | false` setting."""
+    warn = warn or (lambda msg: print(msg, file=sys.stderr))
+    device = torch.device(device)
+    if setting is False or setting == "false":
+        return Precision(False, "bf16: false")
+    if setting not in (True, "auto", "true"):
+        raise ValueError(f"bf16: expected auto, true or false, got {setting!r}")
+    forced = setting is True or setting == "true"
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return Precision(True, "cuda with bf16 support")
+        if forced:
+            warn("warning: bf16: true, but this GPU has no bf16 support; computing in fp32")
+        return Precision(False, "cuda without bf16 support")
+    if device.type != "cpu":
+        return Precision(False, f"{device.type}: bf16 autocast not used")
+    if not cpu_supported():
+        if forced:
+            warn(f"warning: bf16: true, but this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16 "
+                 "(it would run many times slower); computing in fp32")
+        return Precision(False, f"cpu without native bf16 ({torch.backends.cpu.get_cpu_capability()})")
+    if forced:
+        return Precision(True, "bf16: true on a cpu with native bf16")
+    gain = speedup()
+    if gain >= MIN_SPEEDUP:
+        return Precision(True, f"cpu probe: bf16 {gain:.2f}x fp32")
+    return Precision(False, f"cpu probe: bf16 {gain:.2f}x fp32 (not faster)")
+
