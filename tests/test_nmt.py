@@ -191,3 +191,19 @@ def test_checkpoint_of_another_layout_or_configuration_is_removed_not_resumed(tm
     state = tmp_path / "ckpt/last/state.json"
     state.write_text(state.read_text().replace('"format": 2', '"format": 1'))
     assert load_checkpoint(tmp_path / "ckpt", {"a": 1}, fresh, fresh_opt, "cpu") is None  # an older layout
+
+
+def test_a_dev_bleu_tie_selects_the_later_update_not_the_untrained_start(tmp_path, vocabs, data, monkeypatch):
+    """An untrained and a trained model both scoring 0.0 must export the trained one."""
+    import vocabridge.nmt.train as train
+
+    monkeypatch.setattr(train, "dev_bleu", lambda *args, **kwargs: 0.0)
+    model = build_model(ARCH, *vocabs, seed=1)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = replace(TRAIN, patience=2)
+    trainer = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), cfg, tmp_path / "ckpt", {"t": 1}, "tie")
+    state = trainer.train()
+    assert [row["step"] for row in state.dev_log] == [0, 6, 12] and state.best_step == 12
+    assert state.stopped.startswith("early stop")  # ties still count against patience
+    trainer.load_best()
+    assert any(not torch.equal(start[k], v) for k, v in model.state_dict().items())
