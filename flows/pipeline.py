@@ -206,6 +206,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
             raise FlowError("remote_stages with overrides or a profile is not supported yet; run the "
                             "experiment in one workspace")
         logger.info("stages (from dvc.yaml): %s", ", ".join(dag.order))
+        log_estimate(dag, run_ws, jobs)
         forced = set(dag.match(targets) if targets else dag.order) if force else set()
         runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote)
         title = f"vocabridge experiment {name}" if is_experiment else "vocabridge"
@@ -218,6 +219,20 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
             experiment.remove(run_ws)
     create_markdown_artifact(table, key="vocabridge-report", description=f"vocabridge report ({name})")
     return table
+
+
+def log_estimate(dag: Dag, workspace: Path, jobs: int) -> None:
+    """Print what the run should cost on this machine before it starts (`vocabridge estimate`'s table)."""
+    from flows.estimate import estimate_dag, format_estimate
+    from vocabridge.config import load_params
+
+    logger = get_run_logger()
+    try:
+        params = load_params(workspace / "params.yaml")
+        est = estimate_dag(dag, params, workspace, jobs, progress=False)
+        logger.info("%s", format_estimate(est, params.profile))
+    except Exception as exc:  # an estimate is advice: the run goes on without it
+        logger.warning("no estimate of this run: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
 @flow(name="vocabridge-sweep")

@@ -97,6 +97,20 @@ def _d_model(model_dir: Path) -> int:
     return int(json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["d_model"])
 
 
+def estimate_command(profile: str | None, fresh: bool, jobs: int) -> str:
+    """`vocabridge estimate`: flows/estimate.py lays the stage prices over dvc.yaml's DAG (read by DVC)."""
+    import sys
+
+    root = Path.cwd()
+    if not (root / "dvc.yaml").is_file() or not (root / "flows" / "estimate.py").is_file():
+        raise ConfigError(f"{root}: not the project's root (no dvc.yaml and flows/); run `vocabridge estimate` there")
+    sys.path.insert(0, str(root))
+    from flows.estimate import estimate, format_estimate
+
+    current = read_yaml(root / "params.yaml").get("profile", "default")
+    return format_estimate(estimate(root, profile, fresh, jobs), profile or current)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="vocabridge", description="Vocabulary adaptation for NMT.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,8 +152,20 @@ def main(argv: list[str]) -> None:
                     help="new tokens whose neighbours diagnostics.json lists (default 5)")
     ad.add_argument("--seed", type=int, default=1, help="seed of SentencePiece, CBOW and random rows (default 1)")
     ad.add_argument("--threads", type=int, default=2, help="SentencePiece training threads (default 2)")
+    est = sub.add_parser(
+        "estimate", help="measure this machine (under a minute) and print each stage's expected wall time",
+        description="Time a few training updates of the profile's models at the flow's thread layout, greedy and "
+                    "beam decoding and a stage's start-up on this machine, then price every stage of dvc.yaml "
+                    "for `dvc repro` (one at a time) and for the Prefect flow (side by side). Run it in the "
+                    "project's root. Measurements are cached per machine and profile (--fresh times again).")
+    est.add_argument("--profile", default=None,
+                     help="price profiles/NAME.yaml over params.yaml without changing it (default: params.yaml)")
+    est.add_argument("--fresh", action="store_true", help="measure again instead of using the cached figures")
+    est.add_argument("--jobs", type=int, default=0, help="the flow's stages at once (default as the flow: 0)")
     args = parser.parse_args(argv)
-    if args.command == "profile":
+    if args.command == "estimate":
+        print(estimate_command(args.profile, args.fresh, args.jobs))
+    elif args.command == "profile":
         changed = set_profile(args.name, args.params, args.profiles)
         print(f"{args.params}: profile '{args.name}' applied, {len(changed)} keys changed")
     elif args.command == "adapt":

@@ -1,0 +1,85 @@
+"""`vocabridge estimate`: stage prices from measured figures, the flow's schedule replayed, a real measurement."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.dag import Dag, Stage
+from flows.estimate import simulate_flow
+from vocabridge.config import Params, apply_profile, parse
+from vocabridge.estimate import DVC_OVERHEAD, Machine, measure, stage_seconds
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hand_made_dag() -> Dag:
+    return Dag({"pretrain": Stage("pretrain", all_cores=True),
+                "finetune@a": Stage("finetune@a", upstream=("pretrain",)),
+                "finetune@b": Stage("finetune@b", upstream=("pretrain",)),
+                "finetune@c": Stage("finetune@c", upstream=("pretrain",)),
+                "report": Stage("report", upstream=("finetune@a", "finetune@b", "finetune@c"))})
+
+
+def test_the_flow_schedule_is_replayed_with_the_cores_shared_out():
+    # seconds by thread count: two one-thread fine-tunes side by side, pretrain alone on both cores
+    seconds = {"pretrain": {1: 100, 2: 60}, "finetune@a": {1: 30, 2: 20}, "finetune@b": {1: 40, 2: 25},
+               "finetune@c": {1: 30, 2: 20}, "report": {1: 5, 2: 5}}
+    plan = simulate_flow(hand_made_dag(), seconds, cores=2, jobs=2)
+    assert plan["pretrain"] == (0, 60, 2)
+    assert plan["finetune@a"] == (60, 90, 1) and plan["finetune@b"] == (60, 100, 1)
+    # c starts when a ends; b still runs, so it is one of two at once: one thread
+    assert plan["finetune@c"] == (90, 120, 1)
+    assert plan["report"] == (120, 125, 2)
+
+
+def machine() -> Machine:
+    return Machine(cpu={"cpu": "test", "capability": "AVX2", "bf16_native": False, "threads": 2, "cores": 2},
+                   device="cpu", startup=3.0,
+                   train={"pretrain": {2: 0.5}, "finetune-upstream": {1: 0.4, 2: 0.3},
+                          "finetune-downstream": {1: 0.4, 2: 0.3}, "generator": {2: 0.2}},
+                   greedy={"upstream": {1: 0.02, 2: 0.01}, "downstream": {1: 0.05, 2: 0.03}},
+                   beam={1: 0.1, 2: 0.06}, precision={"pretrain": "fp32"})
+
+
+def test_training_stages_cost_updates_and_dev_evaluations(tmp_path):
+    params = parse(Params, {}, "params")
+    params.pretrain.train.max_updates, params.pretrain.train.eval_every = 1000, 500
+    params.pretrain.train.dev_sentences = 400
+    start = 3.0 + DVC_OVERHEAD
+    # 1000 updates x 0.5 s + (1000 / 500 + 2) evaluations x 400 sentences x 0.01 s
+    assert stage_seconds("pretrain", params, machine(), 2, tmp_path) == pytest.approx(start + 10 + 500 + 16)
+    params.finetune.train.max_updates, params.finetune.train.eval_every = 100, 50
+    params.finetune.train.dev_sentences = 200
+    params.prepare.downstream.dev_size = 150  # fewer dev pairs than dev_sentences: all of them
+    expected = start + 5 + 100 * 0.4 + 4 * 150 * 0.05
+    assert stage_seconds("finetune@in-domain", params, machine(), 1, tmp_path) == pytest.approx(expected)
+    assert stage_seconds("finetune@out-domain", params, machine(), 1, tmp_path) == pytest.approx(start + 1)
+    params.prepare.downstream.test_size = 1000
+    assert stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 60)
+
+
+def test_a_real_measurement_of_the_tiny_profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOCABRIDGE_CACHE", str(tmp_path))
+    data = apply_profile(ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml")
+    found = measure(parse(Params, data, "params"), cores=2, progress=False)
+    assert found.startup > 0 and found.cpu["capability"] and set(found.beam) == {1, 2}
+    assert {"pretrain", "generator", "finetune-downstream"} <= set(found.train)
+    assert all(s > 0 for table in found.train.values() for s in table.values())
+    assert set(found.precision.values()) <= {"bf16", "fp32"} and found.precision["generator"] == "fp32"
+
+
+@pytest.mark.e2e
+def test_the_command_prints_every_stage_group_and_both_totals(tmp_path):
+    env = dict(os.environ, VOCABRIDGE_CACHE=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "vocabridge.cli", "estimate", "--profile", "tiny"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for group in ("prepare", "spm", "pretrain", "generator", "transfer", "finetune", "evaluate", "report"):
+        assert f"| {group} |" in proc.stdout
+    assert "Prefect flow" in proc.stdout and "`dvc repro`" in proc.stdout and "native bf16" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "vocabridge.cli", "estimate", "--profile", "nope"], cwd=ROOT,
+                         env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "nope" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
