@@ -83,17 +83,12 @@ def typical_pieces(params: Params, domain: str, root: Path = Path(".")) -> int:
 
 
 def _model(arch: Arch, vocab: int):
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    config = MarianConfig(
-        vocab_size=vocab, decoder_vocab_size=vocab, share_encoder_decoder_embeddings=False, d_model=arch.d_model,
-        encoder_layers=arch.encoder_layers, decoder_layers=arch.decoder_layers, encoder_attention_heads=arch.heads,
-        decoder_attention_heads=arch.heads, encoder_ffn_dim=arch.ffn_dim, decoder_ffn_dim=arch.ffn_dim,
-        dropout=arch.dropout, attention_dropout=arch.attention_dropout, activation_function="relu",
-        max_position_embeddings=arch.max_positions, scale_embedding=True, tie_word_embeddings=True,
-        pad_token_id=vocab - 1, eos_token_id=0, decoder_start_token_id=vocab - 1, forced_eos_token_id=0)
+    from vocabridge.nmt.model import marian_config
+
     torch.manual_seed(0)
-    return MarianMTModel(config)
+    return MarianMTModel(marian_config(arch, vocab, vocab, vocab - 1))
 
 
 def _batch(vocab: int, pieces: int, batch_tokens: int, device: torch.device) -> dict[str, torch.Tensor]:

@@ -21,21 +21,25 @@ from vocabridge.nmt.vocab import Vocab
 MODEL_FILES = ("config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json")
 
 
-def build_model(arch, src: Vocab, tgt: Vocab, seed: int) -> MarianMTModel:
-    """A freshly initialised Transformer with separate source/target embeddings, decoder in/out tied."""
-    if len(src) != len(tgt):
-        raise ValueError("source and target vocabularies must have equal length (see nmt.vocab)")
-    config = MarianConfig(
-        vocab_size=len(src), decoder_vocab_size=len(tgt), share_encoder_decoder_embeddings=False,
+def marian_config(arch, src_size: int, tgt_size: int, pad_id: int) -> MarianConfig:
+    """The Transformer of `arch` with separate source/target embeddings, decoder input/output tied."""
+    return MarianConfig(
+        vocab_size=src_size, decoder_vocab_size=tgt_size, share_encoder_decoder_embeddings=False,
         d_model=arch.d_model, encoder_layers=arch.encoder_layers, decoder_layers=arch.decoder_layers,
         encoder_attention_heads=arch.heads, decoder_attention_heads=arch.heads,
         encoder_ffn_dim=arch.ffn_dim, decoder_ffn_dim=arch.ffn_dim, dropout=arch.dropout,
         attention_dropout=arch.attention_dropout, activation_dropout=0.0, activation_function="relu",
         max_position_embeddings=arch.max_positions, scale_embedding=True, tie_word_embeddings=True,
-        pad_token_id=tgt.pad_id, eos_token_id=0, decoder_start_token_id=tgt.pad_id, forced_eos_token_id=0,
+        pad_token_id=pad_id, eos_token_id=0, decoder_start_token_id=pad_id, forced_eos_token_id=0,
     )
+
+
+def build_model(arch, src: Vocab, tgt: Vocab, seed: int) -> MarianMTModel:
+    """A freshly initialised Transformer with separate source/target embeddings, decoder in/out tied."""
+    if len(src) != len(tgt):
+        raise ValueError("source and target vocabularies must have equal length (see nmt.vocab)")
     torch.manual_seed(seed)
-    return MarianMTModel(config)
+    return MarianMTModel(marian_config(arch, len(src), len(tgt), tgt.pad_id))
 
 
 def save_model(model: MarianMTModel, src: Vocab, tgt: Vocab, out: Path, generation: dict | None = None) -> None:
