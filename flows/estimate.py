@@ -71,13 +71,20 @@ def profile_params(workspace: Path, profile: str | None) -> tuple[Params, dict]:
 
 def dag_for(workspace: Path, data: dict) -> Dag:
     """dvc.yaml's DAG with these params (a profile's methods make other foreach items)."""
+    import logging
+
     import yaml
     from dvc.repo import Repo
 
     with tempfile.TemporaryDirectory(prefix="vocabridge-estimate-") as tmp:
         shutil.copy2(workspace / "dvc.yaml", Path(tmp) / "dvc.yaml")
         (Path(tmp) / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        Repo.init(tmp, no_scm=True).close()
+        dvc_log = logging.getLogger("dvc")
+        level, dvc_log.level = dvc_log.level, logging.WARNING  # not "Initialized DVC repository" in a scratch dir
+        try:
+            Repo.init(tmp, no_scm=True).close()
+        finally:
+            dvc_log.setLevel(level)
         return load_dag(Path(tmp))
 
 

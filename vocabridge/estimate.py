@@ -170,8 +170,11 @@ def time_beam(params: Params, vocab: int, pieces: int, threads: int, device: tor
         return (time.perf_counter() - started) / len(ids)
     import ctranslate2
     import numpy as np
+    from transformers.utils import logging as hf_logging
 
     from vocabridge.ct2 import _converter
+
+    hf_logging.disable_progress_bar()  # a scratch model's save and reload, not the user's work
     from vocabridge.nmt.vocab import Vocab
 
     tokens = ["</s>", "<unk>", *[f"p{i}" for i in range(vocab - 3)], "<pad>"]
