@@ -44,6 +44,30 @@ def lines(path: Path) -> list[str]:
 
 
 @e2e
+def test_the_tiny_models_are_trained(tiny_project):
+    """What the tiny profile exports learned something: not the untrained update 0, and not the initial weights."""
+    import pandas as pd
+    import torch
+    from safetensors.torch import load_file
+
+    pretrain = json.loads((tiny_project / "data/metrics/pretrain.json").read_text())
+    start = pd.read_csv(tiny_project / "data/plots/pretrain/dev_bleu.csv").set_index("step").loc[0, "dev_bleu"]
+    assert pretrain["best_update"] > 0 and pretrain["best_dev_bleu"] > start, pretrain
+    for method in METHODS:
+        metrics = json.loads((tiny_project / f"data/metrics/finetune/{method}.json").read_text())
+        assert (metrics["best_update"] == 0) == (method == "out-domain"), (method, metrics)
+    # out-domain is the pretrained model, copied as it is
+    assert sha256_file(tiny_project / "data/models/finetuned/out-domain/model.safetensors") == \
+        sha256_file(tiny_project / "data/models/pretrained/model.safetensors")
+    for row in ("ft-srcv", "va-llm"):
+        init = load_file(tiny_project / f"data/models/init/{row}/model.safetensors")
+        tuned = load_file(tiny_project / f"data/models/finetuned/{row}/model.safetensors")
+        assert init.keys() == tuned.keys()
+        changed = [name for name in init if not torch.equal(init[name], tuned[name])]
+        assert len(changed) > len(init) / 2, (row, sorted(set(init) - set(changed)))
+
+
+@e2e
 def test_corpora_are_real_and_stats_match_the_files(tiny_project):
     for domain in ("upstream", "downstream"):
         out = tiny_project / "data" / "corpora" / domain
