@@ -41,6 +41,7 @@ def test_false_is_fp32_and_true_is_bf16_on_native_hardware():
 
 def test_the_probe_runs_once_per_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("VOCABRIDGE_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     calls = []
 
     def probe() -> float:
@@ -54,6 +55,15 @@ def test_the_probe_runs_once_per_machine(tmp_path, monkeypatch):
     assert entry["speedup"] == 1.3
     (tmp_path / "precision.json").write_text("not json")  # a damaged cache is measured again, not an error
     assert precision.cached_cpu_speedup(probe) == 1.3 and len(calls) == 2
+
+
+def test_a_probe_on_a_busy_machine_is_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOCABRIDGE_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    calls = []
+    assert precision.cached_cpu_speedup(lambda: calls.append(1) or 0.9) == 0.9
+    assert precision.cached_cpu_speedup(lambda: calls.append(1) or 1.4) == 1.4
+    assert len(calls) == 2 and not (tmp_path / "precision.json").exists()
 
 
 def test_params_accept_auto_true_false_and_name_a_bad_value():

@@ -278,6 +278,8 @@ def cached_measure(params: Params, cores: int | None = None, fresh: bool = False
     except (OSError, ValueError, TypeError, KeyError):
         cache = {}
     machine = measure(params, cores, progress=progress)
+    if machine.load > 0.5 * cores:
+        return machine  # measured beside other work: shown with a warning, never reused
     cache = cache if isinstance(cache, dict) else {}
     cache[key] = dataclasses.asdict(machine)
     try:

@@ -126,7 +126,10 @@ def cached_cpu_speedup(probe: Callable[[], float] = probe_cpu_speedup) -> float:
     entry = cache.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
         return float(entry["speedup"])
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     speedup = probe()
+    if load > 0.5 * (os.cpu_count() or 1):
+        return speedup  # other work shared the CPU: use the figure now, but measure again next time
     cache[key] = {"speedup": round(speedup, 3), "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
