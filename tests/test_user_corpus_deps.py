@@ -9,7 +9,7 @@ import shutil
 
 import yaml
 
-from tests.conftest import ROOT, copy_project, run
+from tests.conftest import copy_project, run
 
 TRAIN = [("Der Patient erhielt eine Infusion.", "The patient received an infusion."),
          ("Die Dosis wurde halbiert.", "The dose was halved."),
@@ -31,7 +31,7 @@ def write_pairs(folder, name, pairs):
 def project_with_files(tmp_path):
     """A copy of the project (default profile) whose downstream domain is the `files` recipe on hand-made files."""
     project = copy_project(tmp_path / "project", profile=None)
-    shutil.copytree(ROOT / "corpora", project / "corpora")  # what a clone holds: corpora/{upstream,downstream}/
+    assert (project / "corpora" / "downstream").is_dir()  # what a clone holds: corpora/{upstream,downstream}/
     folder = project / "corpora" / "downstream"
     params = yaml.safe_load((project / "params.yaml").read_text(encoding="utf-8"))
     params["prepare"]["downstream"].update(recipe="files", files={
