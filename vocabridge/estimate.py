@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from vocabridge.config import Arch, Params, Training
-from vocabridge.nmt.precision import cache_file, describe_cpu, resolve_bf16
+from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
 from vocabridge.nmt.train import threads_of
 from vocabridge.transfer import generators_needed, get_method
 
@@ -270,26 +270,15 @@ def measurement_key(params: Params, cores: int) -> str:
 def cached_measure(params: Params, cores: int | None = None, fresh: bool = False, progress: bool = True) -> Machine:
     """`measure`, kept per machine and profile beside the precision probe's cache (the flow reuses it)."""
     cores = cores or threads_of(0)
-    path, key = cache_file().with_name("estimate.json"), measurement_key(params, cores)
+
+    def fresh_entry() -> dict:
+        return dataclasses.asdict(measure(params, cores, progress=progress))
+
+    key = measurement_key(params, cores)
     try:
-        cache = json.loads(path.read_text())
-        if not fresh and key in cache:
-            return Machine.from_json(cache[key])
-    except (OSError, ValueError, TypeError, KeyError):
-        cache = {}
-    machine = measure(params, cores, progress=progress)
-    if machine.load > 0.5 * cores:
-        return machine  # measured beside other work: shown with a warning, never reused
-    cache = cache if isinstance(cache, dict) else {}
-    cache[key] = dataclasses.asdict(machine)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1))
-        tmp.replace(path)
-    except OSError:
-        pass
-    return machine
+        return Machine.from_json(cached("estimate", key, fresh_entry, fresh))
+    except (TypeError, KeyError, AttributeError):  # a cache entry of an older layout
+        return Machine.from_json(cached("estimate", key, fresh_entry, fresh=True))
 
 
 def _at(table: dict[int, float], threads: int) -> float:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from vocabridge.fileio import write_json
+
 MIN_SPEEDUP = 1.05  # bf16 must beat fp32 by this much on the probe to be chosen: never slower than fp32
 PROBE_TOKENS, PROBE_DIM, PROBE_FFN = 256, 256, 1024  # a Transformer feed-forward block of the default model
 PROBE_SECONDS = 0.1  # timed work per precision, after one warm-up pass
@@ -114,31 +116,34 @@ def _machine_key() -> str:
                      f"threads={torch.get_num_threads()}", isa])
 
 
-def cached_cpu_speedup(probe: Callable[[], float] = probe_cpu_speedup) -> float:
-    """The probe's result for this machine, measured once and kept in the cache file (atomically replaced)."""
-    path, key = cache_file(), _machine_key()
+def cached(name: str, key: str, measure: Callable[[], dict], fresh: bool = False) -> dict:
+    """A measurement of this machine, kept under `key` in the cache folder's NAME.json (atomically written).
+
+    A figure taken while the load average is above half the cores is returned but never kept: other work
+    shared the CPU, so the next call measures again."""
+    path = cache_file().with_name(f"{name}.json")
     try:
         cache = json.loads(path.read_text())
-        if not isinstance(cache, dict):
-            cache = {}
+        cache = cache if isinstance(cache, dict) else {}
     except (OSError, ValueError):
         cache = {}
-    entry = cache.get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
-        return float(entry["speedup"])
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    speedup = probe()
-    if load > 0.5 * (os.cpu_count() or 1):
-        return speedup  # other work shared the CPU: use the figure now, but measure again next time
-    cache[key] = {"speedup": round(speedup, 3), "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home: probe again next time
-    return speedup
+    if not fresh and isinstance(cache.get(key), dict):
+        return cache[key]
+    busy = (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0) > 0.5 * (os.cpu_count() or 1)
+    entry = measure()
+    if not busy:
+        try:
+            write_json(path, cache | {key: entry})
+        except OSError:
+            pass  # a read-only home: measure again next time
+    return entry
+
+
+def cached_cpu_speedup(probe: Callable[[], float] = probe_cpu_speedup) -> float:
+    """The probe's result for this machine, measured once and kept in the cache."""
+    entry = cached("precision", _machine_key(),
+                   lambda: {"speedup": round(probe(), 3), "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
+    return float(entry["speedup"])
 
 
 def resolve_bf16(setting: bool | str, device: torch.device | str = "cpu", *,
