@@ -1,6 +1,7 @@
 """The NMT core on tiny hand-made data: vocabularies, batching, training, checkpoints, translation."""
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -207,3 +208,30 @@ def test_a_dev_bleu_tie_selects_the_later_update_not_the_untrained_start(tmp_pat
     assert state.stopped.startswith("early stop")  # ties still count against patience
     trainer.load_best()
     assert any(not torch.equal(start[k], v) for k, v in model.state_dict().items())
+
+
+def test_selecting_by_dev_loss_exports_the_lowest_loss_update_whatever_bleu_says(tmp_path, vocabs, data, monkeypatch):
+    """Where BLEU is noise (here it falls after update 0), `select_by: loss` picks the update with least dev loss."""
+    import vocabridge.nmt.train as train
+
+    bleus = iter([5.0, 1.0, 0.0, 0.0])
+    monkeypatch.setattr(train, "dev_bleu", lambda *args, **kwargs: next(bleus))
+    model = build_model(ARCH, *vocabs, seed=1)
+    cfg = replace(TRAIN, select_by="loss", patience=0)
+    trainer = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), cfg, tmp_path / "ckpt", {"t": 1}, "loss")
+    state = trainer.train()
+    losses = {row["step"]: row["dev_loss"] for row in state.dev_log}
+    assert state.best_step == min(losses, key=lambda step: (losses[step], -step)) > 0
+    assert state.best_loss == losses[state.best_step] and state.best_bleu < 5.0
+    trainer.load_best()
+    assert train.dev_loss(model, *vocabs, DE[:10], EN[:10]) == pytest.approx(state.best_loss, abs=1e-4)
+
+
+def test_dev_loss_does_not_depend_on_how_the_sentences_are_batched(vocabs):
+    """Padding is masked: one sentence per batch and all in one batch give the same mean per-token loss."""
+    import vocabridge.nmt.train as train
+
+    model = build_model(ARCH, *vocabs, seed=1)
+    alone = train.dev_loss(model, *vocabs, DE[:10], EN[:10], batch_size=1)
+    assert alone == pytest.approx(train.dev_loss(model, *vocabs, DE[:10], EN[:10], batch_size=32), abs=1e-3)
+    assert 0 < alone < 2 * math.log(len(vocabs[1]))  # an untrained model: about log |V| nats per token

@@ -157,7 +157,9 @@ class Training:
     max_len: int = 128  # pairs with a side longer than this (in pieces) are skipped
     eval_every: int = 500
     dev_sentences: int = 500  # greedy dev BLEU on the first N dev pairs
-    patience: int = 5  # evaluations without dev BLEU gain before stopping; 0: never
+    select_by: Literal["bleu", "loss"] = "bleu"  # the dev figure that picks the checkpoint and drives patience:
+    #                                              greedy BLEU, or cross-entropy where BLEU is noise (tiny models)
+    patience: int = 5  # evaluations without a dev gain before stopping; 0: never
     checkpoint_every: int = 200
     log_every: int = 50
     bf16: bool | Literal["auto"] = "auto"  # auto: bf16 autocast where this machine runs it faster than fp32 (a

@@ -1,21 +1,23 @@
 """The training loop shared by pretraining and fine-tuning.
 
 Adam with inverse-square-root warm-up, label smoothing, gradient clipping, bf16 autocast where this machine
-runs it faster than fp32 (nmt.precision), dev BLEU (greedy) for checkpoint selection and early stopping
-(a tie goes to the later update). Checkpoints (safetensors + JSON,
-no pickle) are written atomically every N updates; a rerun with the same fingerprint resumes exactly where
-the last checkpoint left off (same batches, same dropout masks).
+runs it faster than fp32 (nmt.precision). Checkpoint selection and early stopping use dev BLEU (greedy) or,
+where BLEU is too small to be more than noise (tiny models), dev cross-entropy; a tie goes to the later update.
+Checkpoints (safetensors + JSON, no pickle) are written atomically every N updates; a rerun with the same
+fingerprint resumes exactly where the last checkpoint left off (same batches, same dropout masks).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import sacrebleu
 import torch
@@ -44,6 +46,7 @@ class State:
     epoch: int = 0
     batch_in_epoch: int = 0
     best_bleu: float = -1.0
+    best_loss: float = math.inf
     best_step: int = 0
     bad_evals: int = 0
     target_tokens: int = 0
@@ -80,6 +83,28 @@ def use_compute(compute) -> torch.device:
 def dev_bleu(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str], bf16: bool) -> float:
     hyps, _ = translate(model, src, tgt, sources, beam=1, bf16=bf16, progress=False)
     return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+
+
+@torch.inference_mode()
+def dev_loss(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str],
+             batch_size: int = 32) -> float:
+    """Mean cross-entropy per reference token (nats, no label smoothing, fp32), teacher-forced."""
+    was_training = model.training
+    model.eval()
+    data = Parallel.encode(sources, refs, src, tgt, max_len=model.config.max_position_embeddings)
+    order = np.argsort([len(t) for t in data.tgt])
+    device = next(model.parameters()).device
+    loss, tokens = 0.0, 0
+    for start in range(0, len(order), batch_size):
+        batch = collate(data, order[start : start + batch_size], src.pad_id, tgt.pad_id,
+                        model.config.decoder_start_token_id)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        labels = batch.pop("labels")
+        logits = model(**batch).logits.float()
+        loss += F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="sum").item()
+        tokens += int((labels != -100).sum())
+    model.train(was_training)
+    return round(loss / max(tokens, 1), 4)
 
 
 class Trainer:
@@ -137,16 +162,19 @@ class Trainer:
     def _evaluate(self) -> None:
         st = self.state
         bleu = dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
+        loss = dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref)
         self.model.train()
-        st.dev_log.append({"step": st.step, "dev_bleu": bleu})
-        if bleu >= st.best_bleu:  # a tie goes to the later update: more training, never the untouched start
-            st.bad_evals = 0 if bleu > st.best_bleu else st.bad_evals + 1
-            st.best_bleu, st.best_step = bleu, st.step
+        st.dev_log.append({"step": st.step, "dev_bleu": bleu, "dev_loss": loss})
+        by_loss = self.cfg.select_by == "loss"
+        score, best = (-loss, -st.best_loss) if by_loss else (bleu, st.best_bleu)
+        if score >= best:  # a tie goes to the later update: more training, never the untouched start
+            st.bad_evals = 0 if score > best else st.bad_evals + 1
+            st.best_bleu, st.best_loss, st.best_step = bleu, loss, st.step
             self._save("best")
         else:
             st.bad_evals += 1
         if self.cfg.patience and st.bad_evals >= self.cfg.patience:
-            st.stopped = f"early stop: no dev BLEU gain in {st.bad_evals} evaluations"
+            st.stopped = f"early stop: no dev {'loss' if by_loss else 'BLEU'} gain in {st.bad_evals} evaluations"
 
     def train(self) -> State:
         """Run to max_updates or early stop; the best weights end up in ckpt_dir/best."""
@@ -211,7 +239,7 @@ def fingerprint_of(*parts) -> dict:
 
 def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, ckpt_dir: Path, fingerprint: dict,
         name: str) -> tuple[State, dict]:
-    """Train on corpus/train.{src,tgt} with dev-BLEU selection; leaves the best weights in `model`."""
+    """Train on corpus/train.{src,tgt} with dev selection (cfg.select_by); leaves the best weights in `model`."""
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
                            src, tgt, cfg.max_len)
     if not len(data):
@@ -222,6 +250,7 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
     trainer.load_best()
     summary = {
         "updates": state.step, "best_update": state.best_step, "best_dev_bleu": state.best_bleu,
+        "best_dev_loss": state.best_loss, "selected_by": f"dev {cfg.select_by}",
         "stopped": state.stopped, "train_pairs": len(data), "target_tokens_seen": state.target_tokens,
         "train_seconds": round(state.seconds, 1),
         "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
@@ -237,4 +266,6 @@ def write_logs(state: State, plots: Path) -> None:
     plots.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(state.loss_log, columns=["step", "loss", "lr", "target_tokens_per_s"]).to_csv(
         plots / "train_loss.csv", index=False)
-    pd.DataFrame(state.dev_log, columns=["step", "dev_bleu"]).to_csv(plots / "dev_bleu.csv", index=False)
+    dev = pd.DataFrame(state.dev_log, columns=["step", "dev_bleu", "dev_loss"])
+    dev[["step", "dev_bleu"]].to_csv(plots / "dev_bleu.csv", index=False)
+    dev[["step", "dev_loss"]].to_csv(plots / "dev_loss.csv", index=False)

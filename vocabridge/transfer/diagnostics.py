@@ -18,7 +18,7 @@ import sacrebleu
 import torch
 from transformers import MarianMTModel
 
-from vocabridge.nmt.data import Parallel, collate
+from vocabridge.nmt.train import dev_loss
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab
 from vocabridge.transfer.plan import BOUNDARY, Plan, Side, normalize
@@ -75,21 +75,10 @@ def neighbours(side: Side, plan: Plan, rows: np.ndarray, count: int, top: int = 
 
 
 @torch.inference_mode()
-def zero_shot(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str],
-              batch_size: int = 32) -> dict:
+def zero_shot(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str]) -> dict:
     """Greedy dev BLEU and dev perplexity (per target token, no label smoothing) of a model as it is."""
     model.eval()
     hyps, _ = translate(model, src, tgt, sources, beam=1, progress=False)
-    data = Parallel.encode(sources, refs, src, tgt, max_len=model.config.max_position_embeddings)
-    order = np.argsort([len(t) for t in data.tgt])
-    loss, tokens = 0.0, 0
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        batch = collate(data, idx, src.pad_id, tgt.pad_id, model.config.decoder_start_token_id)
-        labels = batch.pop("labels")
-        logits = model(**batch).logits.float()
-        loss += torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100,
-                                                  reduction="sum").item()
-        tokens += int((labels != -100).sum())
     return {"dev_bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
-            "dev_perplexity": round(math.exp(min(loss / max(tokens, 1), 50.0)), 2), "dev_sentences": len(sources)}
+            "dev_perplexity": round(math.exp(min(dev_loss(model, src, tgt, sources, refs), 50.0)), 2),
+            "dev_sentences": len(sources)}
