@@ -1,7 +1,8 @@
 """Stage report: one table of every evaluated method (CSV + Markdown), a BLEU bar plot and the learning curves.
 
 Paired bootstrap resampling (sacrebleu) of each method against the baseline (ft-srcv) and the other references
-(`report.also_against`) happens here, where all hypotheses are at hand; so do the learning-curve summaries
+(`report.also_against`) happens here, where all hypotheses are at hand, and so does the two-level bootstrap over
+seeds and sentences of each group of seed replicas (vocabridge.significance); so do the learning-curve summaries
 (area under the dev BLEU curve, updates to a threshold) and the rank correlation of the pre-fine-tuning
 diagnostics with the final BLEU.
 """
@@ -26,12 +27,13 @@ from vocabridge.report import (
     group_curves,
     learning_curves_plot,
     neighbours_markdown,
-    pooled,
     rank_correlations,
+    seed_comparisons_table,
     seed_groups,
     seeds_table,
     to_markdown,
 )
+from vocabridge.significance import seed_bootstrap
 from vocabridge.transfer import get_method, row_group
 
 
@@ -88,8 +90,8 @@ def main(argv: list[str]) -> None:
     correlations = rank_correlations(table, shared_vocab)
     keys = {row: row_group(row, params.transfer) for row in params.methods}
     groups = seed_groups(params.methods, keys.__getitem__)
-    seeds = seed_summary(params, keys, groups, hyps, refs, {row["method"]: row["bleu"] for row in rows}, list(tests),
-                         {row["method"]: row["dev_bleu_auc"] for row in rows})
+    seeds, seed_tests = seed_summary(params, keys, groups, hyps, refs, {row["method"]: row["bleu"] for row in rows},
+                                     list(tests), {row["method"]: row["dev_bleu_auc"] for row in rows})
     grouped_curves = group_curves(curves, groups)
     text = "\n\n".join([
         to_markdown(table),
@@ -106,16 +108,24 @@ def main(argv: list[str]) -> None:
         f"fine-tuned rows with the downstream vocabulary ({', '.join(shared_vocab) or 'none'}); a diagnostic that "
         f"predicts well has a correlation near +1 when higher is better, near -1 when lower is better.\n\n"
         + to_markdown(correlations),
-        *(["## Seeds\n\nRows that differ only in their seed, pooled: mean and spread of test BLEU, and the paired "
-           "bootstrap of the seeds' concatenated outputs against the reference's (its seeds paired in order) in "
-           "the same training regime.\n\n" + to_markdown(seeds)] if seeds is not None else []),
+        "## Seeds\n\nRows that differ only in their seed form a group: mean and spread of test BLEU over its "
+        "seeds.\n\n" + to_markdown(seeds),
+        f"## Comparisons over seeds and sentences\n\nEach group against each reference's group in the same "
+        f"training regime: the difference of mean test BLEU, with a 95% interval and p from a two-level bootstrap "
+        f"({cfg.bootstrap_samples} rounds: the seeds of each side drawn with replacement, then the test sentences, "
+        f"shared by both sides). Decisive: the interval excludes 0 with at least 2 seeds a side; a one-seed "
+        f"comparison is sentence noise only and never a finding. detectable: the smallest true difference this "
+        f"design finds with 80% power at the 5% level; detectable_5_seeds: the same with 5 seeds a side; "
+        f"seeds_for_{cfg.target_difference:g}: seeds a side needed to detect {cfg.target_difference:g} BLEU "
+        f"(empty: not with 100 seeds, the test set's own noise is larger, or a side has one seed).\n\n"
+        + to_markdown(seed_tests),
     ])
     with atomic_dir(paths.REPORTS / "results") as tmp:
         table.to_csv(tmp / "report.csv", index=False)
         compared.to_csv(tmp / "comparisons.csv", index=False)
         correlations.to_csv(tmp / "correlations.csv", index=False)
-        if seeds is not None:
-            seeds.to_csv(tmp / "seeds.csv", index=False)
+        seeds.to_csv(tmp / "seeds.csv", index=False)
+        seed_tests.to_csv(tmp / "seed_comparisons.csv", index=False)
         (tmp / "report.md").write_text(text + neighbours_markdown(diagnostics), encoding="utf-8")
         bleu_plot(table, tmp / "bleu.png")
         grouped_curves.to_csv(tmp / "learning_curves.csv", index=False)
@@ -125,11 +135,9 @@ def main(argv: list[str]) -> None:
 
 def seed_summary(params, keys: dict[str, tuple], groups: dict[str, list[str]], hyps: dict, refs: list[str],
                  bleu: dict, references: list[str], auc: dict):
-    """The seeds table (None when every row has one seed): each group against the group of each reference in
-    the same regime (its knobs, `keys`, with this group's `train_pairs`)."""
+    """The seeds table and the comparisons over seeds and sentences: each group against the group of each
+    reference in the same regime (its knobs, `keys`, with this group's `train_pairs`)."""
     keys = {row: dict(key) for row, key in keys.items()}
-    if all(len(members) == 1 for members in groups.values()):
-        return None
     cfg, tests = params.report, {}
     for ref in references:
         tests[ref] = {}
@@ -138,11 +146,9 @@ def seed_summary(params, keys: dict[str, tuple], groups: dict[str, list[str]], h
             match = next((g for g in groups if keys[g] == wanted), None)
             if match is None or match == label:
                 continue
-            mine, theirs, n_refs = pooled(hyps, members, groups[match], refs)
-            result = paired_bootstrap((match, theirs), [(label, mine)], n_refs, cfg.bootstrap_samples, cfg.seed)
-            tests[ref][label] = {"delta": round(result[label]["bleu"] - result[match]["bleu"], 2),
-                                 "p_value": result[label]["p_value"]}
-    return seeds_table(groups, bleu, tests, auc)
+            tests[ref][label] = seed_bootstrap([hyps[m] for m in members], [hyps[m] for m in groups[match]], refs,
+                                               cfg.bootstrap_samples, cfg.seed)
+    return seeds_table(groups, bleu, tests, auc), seed_comparisons_table(tests, cfg.target_difference)
 
 
 if __name__ == "__main__":

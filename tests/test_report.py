@@ -56,9 +56,10 @@ def test_learning_curves_of_seeds_are_averaged_and_plotted(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 5000
 
 
-def test_seed_replicas_are_grouped_and_pooled():
+def test_seed_replicas_are_grouped_and_compared_over_seeds():
     from vocabridge.config import TransferMethod
-    from vocabridge.report import pooled, seed_groups, seeds_table
+    from vocabridge.report import seed_comparisons_table, seed_groups, seeds_table
+    from vocabridge.significance import Comparison
     from vocabridge.transfer import row_group
 
     rows = {"va-llm+s2": TransferMethod(method="va-llm", seed=2), "va-llm+s3": TransferMethod(method="va-llm", seed=3),
@@ -68,12 +69,19 @@ def test_seed_replicas_are_grouped_and_pooled():
     groups = seed_groups(names, lambda r: row_group(r, rows))
     assert groups == {"ft-srcv": ["ft-srcv", "ft-srcv+s2"], "va-llm": ["va-llm", "va-llm+s2", "va-llm+s3"],
                       "va-llm+low": ["va-llm+low"], "va-llm-k5": ["va-llm-k5"]}  # another k is another experiment
-    hyps = {"a1": ["x", "y"], "a2": ["z", "w"], "b1": ["p", "q"]}
-    mine, theirs, refs = pooled(hyps, ["a1", "a2"], ["b1"], ["r1", "r2"])
-    assert mine == ["x", "y", "z", "w"] and theirs == ["p", "q", "p", "q"] and refs == ["r1", "r2", "r1", "r2"]
-    table = seeds_table({"g": ["a1", "a2"], "h": ["b1"]}, {"a1": 10.0, "a2": 12.0, "b1": 9.0},
-                        {"h": {"g": {"delta": 2.0, "p_value": 0.01}}}, {"a1": 3.0, "a2": 4.0, "b1": None}
-                        ).set_index("group")
+    settled = Comparison(delta=2.0, ci_low=0.5, ci_high=3.5, p_value=0.01, seeds=2, reference_seeds=3,
+                         std_error=0.8, seed_std=0.6, reference_seed_std=0.4, sentence_variance=0.04)
+    lone = Comparison(delta=2.0, ci_low=0.5, ci_high=3.5, p_value=0.01, seeds=1, reference_seeds=3,
+                      std_error=0.8, seed_std=None, reference_seed_std=0.4, sentence_variance=0.04)
+    tests = {"h": {"g": settled, "k": lone}}
+    table = seeds_table({"g": ["a1", "a2"], "h": ["b1"]}, {"a1": 10.0, "a2": 12.0, "b1": 9.0}, tests,
+                        {"a1": 3.0, "a2": 4.0, "b1": None}).set_index("group")
     assert table.loc["g", "dev_bleu_auc_mean"] == 3.5 and pd.isna(table.loc["h", "dev_bleu_auc_mean"])
     assert table.loc["g", "bleu_mean"] == 11.0 and table.loc["g", "bleu_std"] == pytest.approx(1.41, abs=0.01)
     assert table.loc["g", "seeds"] == 2 and table.loc["g", "p_vs_h"] == 0.01 and pd.isna(table.loc["h", "bleu_std"])
+    verdicts = seed_comparisons_table(tests, 0.5).set_index("group")
+    assert verdicts.loc["g", "verdict"] == "decisive" and verdicts.loc["k", "verdict"] == "one seed: not a finding"
+    assert verdicts.loc["g", "detectable"] == pytest.approx(2.8 * 0.8, abs=0.01)
+    # 2.8 * sqrt((0.36 + 0.16) / k + 0.04) <= 0.5 needs sqrt(...) <= 0.1786: 0.52 / k <= -0.008, never
+    assert pd.isna(verdicts.loc["g", "seeds_for_0.5"]) and pd.isna(verdicts.loc["k", "detectable_5_seeds"])
+    assert seed_comparisons_table(tests, 1.5).set_index("group").loc["g", "seeds_for_1.5"] == 3

@@ -294,6 +294,7 @@ class Report:
     also_against: list[str] = field(default_factory=lambda: ["in-domain", "ft-tgtv-random"])  # more references
     bootstrap_samples: int = 1000
     seed: int = 12345
+    target_difference: float = 0.5  # BLEU: the seeds table says how many seeds a side would detect this
     curve_threshold: float | None = None  # dev BLEU for updates_to_threshold; None: the baseline's best
 
 

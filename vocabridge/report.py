@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from vocabridge.significance import Comparison
+
 # Sato et al. 2020, Table 3, De->En (IT -> Law), 100k in-domain pairs; BLEU as published.
 PUBLISHED = pd.DataFrame([
     ("out-domain", 2.58), ("in-domain", 18.79), ("ft-srcv", 24.59), ("ft-tgtv", 24.87),
@@ -171,20 +173,11 @@ def seed_groups(rows: list[str], key) -> dict[str, list[str]]:
     return groups
 
 
-def pooled(hyps: dict[str, list[str]], members: list[str], reference: list[str], refs: list[str]):
-    """The seeds of a group and of its reference paired up in order (the reference's seeds repeated when it
-    has fewer) and concatenated: one system each over len(members) copies of the test set, for a paired
-    bootstrap that pools the seeds."""
-    mine = [line for m in members for line in hyps[m]]
-    theirs = [line for i in range(len(members)) for line in hyps[reference[i % len(reference)]]]
-    return mine, theirs, refs * len(members)
-
-
-def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dict[str, dict[str, dict]],
+def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dict[str, dict[str, Comparison]],
                 auc: dict[str, float | None] | None = None):
     """Mean and spread of test BLEU over each group's seeds, the mean area under their learning curves (`auc`
-    per row), with the pooled paired-bootstrap delta and p-value against each reference
-    (`tests[reference][group]`: {"delta", "p_value"})."""
+    per row), with the delta and p-value over seeds and sentences against each reference
+    (`tests[reference][group]`, from `significance.seed_bootstrap`)."""
     import numpy as np
 
     rows = []
@@ -198,7 +191,26 @@ def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dic
         row["dev_bleu_auc_mean"] = round(float(np.mean(aucs)), 2) if None not in aucs else None
         for ref, results in tests.items():
             result = results.get(label)
-            row[f"delta_vs_{ref}"] = result["delta"] if result else None
-            row[f"p_vs_{ref}"] = result["p_value"] if result else None
+            row[f"delta_vs_{ref}"] = result.delta if result else None
+            row[f"p_vs_{ref}"] = result.p_value if result else None
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def seed_comparisons_table(tests: dict[str, dict[str, Comparison]], target: float) -> pd.DataFrame:
+    """One row per (group, reference group): delta with its 95% interval and p over seeds and sentences, the
+    verdict, the smallest difference the design detects (80% power, 5% level) now, with 5 seeds a side, and
+    the seeds a side needed to detect `target` BLEU."""
+    rows = []
+    for ref, results in tests.items():
+        for label, c in results.items():
+            verdict = ("one seed: not a finding" if c.one_seed else "decisive" if c.decisive else "not decisive")
+            at_5 = c.detectable_with(5)
+            rows.append({"group": label, "against": ref, "seeds": c.seeds, "reference_seeds": c.reference_seeds,
+                         "delta": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
+                         "verdict": verdict, "detectable": round(c.detectable, 2),
+                         "detectable_5_seeds": None if at_5 is None else round(at_5, 2),
+                         f"seeds_for_{target:g}": c.seeds_for(target)})
+    columns = ["group", "against", "seeds", "reference_seeds", "delta", "ci_low", "ci_high", "p_value", "verdict",
+               "detectable", "detectable_5_seeds", f"seeds_for_{target:g}"]
+    return pd.DataFrame(rows, columns=columns)
