@@ -235,3 +235,35 @@ def test_dev_loss_does_not_depend_on_how_the_sentences_are_batched(vocabs):
     alone = train.dev_loss(model, *vocabs, DE[:10], EN[:10], batch_size=1)
     assert alone == pytest.approx(train.dev_loss(model, *vocabs, DE[:10], EN[:10], batch_size=32), abs=1e-3)
     assert 0 < alone < 2 * math.log(len(vocabs[1]))  # an untrained model: about log |V| nats per token
+
+
+TRAIN_TWICE = """
+import hashlib, sys
+from dataclasses import replace
+import torch
+from tests.test_nmt import ARCH, DE, EN, TRAIN
+from vocabridge.config import SpmModel
+from vocabridge.nmt.data import Parallel
+from vocabridge.nmt.model import load_model
+from vocabridge.nmt.train import Trainer
+torch.seed()  # whatever the process's generator starts from must not matter
+model, src, tgt = load_model(sys.argv[1])
+trainer = Trainer(model, src, tgt, Parallel.encode(DE, EN, src, tgt, 64), (DE[:10], EN[:10]),
+                  replace(TRAIN, max_updates=8, eval_every=4), sys.argv[2], {"t": 1}, "twice")
+trainer.train()
+print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest())
+"""
+
+
+def test_the_same_training_in_two_processes_gives_identical_weights(tmp_path, vocabs):
+    """Same initial model, seed and threads: bit-identical weights (dropout is seeded from the config's seed)."""
+    import subprocess
+    import sys
+
+    model = build_model(replace(ARCH, dropout=0.3), *vocabs, seed=1)
+    save_model(model, *vocabs, tmp_path / "init")
+    root = Path(__file__).resolve().parents[1]
+    digests = {subprocess.run([sys.executable, "-c", TRAIN_TWICE, str(tmp_path / "init"), str(tmp_path / f"ck{i}")],
+                              cwd=root, capture_output=True, text=True, check=True).stdout.split()[-1]
+               for i in range(2)}
+    assert len(digests) == 1

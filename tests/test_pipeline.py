@@ -162,6 +162,22 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
 
 
 @e2e
+def test_a_fine_tune_run_again_gives_the_same_bytes_whatever_the_flow_would_give_it(tiny_copy):
+    """finetune.train.threads fixes the fine-tune's threads: rerun from scratch with the flow's two-thread
+    share in the environment, it writes a byte-identical model."""
+    import shutil
+
+    model = "data/models/finetuned/va-llm/model.safetensors"
+    before = sha256_file(tiny_copy / model)
+    shutil.rmtree(tiny_copy / "data/checkpoints/finetune/va-llm")  # no resuming: train again from update 0
+    proc = run(["dvc", "repro", "--force", "--single-item", "finetune@va-llm"], tiny_copy,
+               env=project_env() | {"VOCABRIDGE_THREADS": "2"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads((tiny_copy / "data/metrics/finetune/va-llm.json").read_text())["threads"] == 1
+    assert sha256_file(tiny_copy / model) == before
+
+
+@e2e
 def test_transfer_bad_knob_fails_cleanly_and_keeps_the_model(tiny_copy, tmp_path):
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
     params["transfer"] = {"va-llm": {"k": 100000}}

@@ -162,6 +162,8 @@ class Training:
     patience: int = 5  # evaluations without a dev gain before stopping; 0: never
     checkpoint_every: int = 200
     log_every: int = 50
+    threads: int = 0  # torch threads of this training; 0: compute.threads. Part of the result: on a CPU another
+    #                   thread count sums in another order, and the weights differ in their last bits
     bf16: bool | Literal["auto"] = "auto"  # auto: bf16 autocast where this machine runs it faster than fp32 (a
     #                                       GPU with bf16; a CPU with native bf16 that a timed probe finds faster)
     seed: int = 1

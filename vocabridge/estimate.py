@@ -326,7 +326,8 @@ def stage_seconds(stage: str, params: Params, machine: Machine, threads: int, ro
     if group == "pretrain":
         if params.pretrain.external_model:
             return start + 5
-        return start + 10 + _training(machine, "pretrain", "upstream", params.pretrain.train, threads, up_dev)
+        cfg = params.pretrain.train
+        return start + 10 + _training(machine, "pretrain", "upstream", cfg, cfg.threads or threads, up_dev)
     if group == "generator":
         variants = generators_needed(params.methods, params.transfer)
         per = params.generator.train.steps * _at(machine.train.get("generator", {0: 0.0}), threads)
@@ -338,7 +339,8 @@ def stage_seconds(stage: str, params: Params, machine: Machine, threads: int, ro
         if not method.finetune:
             return start + 1
         kind = "finetune-upstream" if method.vocabulary == "upstream" else "finetune-downstream"
-        return start + 5 + _training(machine, kind, "downstream", params.finetune.train, threads, down_dev)
+        cfg = params.finetune.train
+        return start + 5 + _training(machine, kind, "downstream", cfg, cfg.threads or threads, down_dev)
     if group == "evaluate":
         test = _count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
         return start + 4 + test * _at(machine.beam, threads)

@@ -188,6 +188,7 @@ class Trainer:
         self._last_saved = st.step
         self.model.train()
         if not resumed:
+            torch.manual_seed(cfg.seed)  # dropout: the row's seed, not whatever seeded the process's generator
             self._evaluate()  # update 0: the starting point of the learning curve
             self._save("last")
         bar = tqdm(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd", dynamic_ncols=True)
@@ -245,6 +246,8 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
     if not len(data):
         raise TrainingError(f"{corpus}: no training pair fits max_len={cfg.max_len}")
     dev = (read_text_lines(corpus / f"dev.{lang.src}"), read_text_lines(corpus / f"dev.{lang.tgt}"))
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     trainer = Trainer(model, src, tgt, data, dev, cfg, ckpt_dir, fingerprint, name)
     state = trainer.train()
     trainer.load_best()
