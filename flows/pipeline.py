@@ -206,9 +206,11 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
             raise FlowError("remote_stages with overrides or a profile is not supported yet; run the "
                             "experiment in one workspace")
         logger.info("stages (from dvc.yaml): %s", ", ".join(dag.order))
-        log_estimate(dag, run_ws, jobs)
+        est = log_estimate(dag, run_ws, jobs)
         forced = set(dag.match(targets) if targets else dag.order) if force else set()
+        started = time.time()
         runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote)
+        write_run_record(run_ws / RUN_RECORD, runs, est, started, jobs)
         title = f"vocabridge experiment {name}" if is_experiment else "vocabridge"
         table = markdown(dag, run_ws, runs, title)
         if is_experiment:
@@ -221,8 +223,29 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
     return table
 
 
-def log_estimate(dag: Dag, workspace: Path, jobs: int) -> None:
-    """Print what the run should cost on this machine before it starts (`vocabridge estimate`'s table)."""
+RUN_RECORD = Path("data/reports/flow_run.json")
+
+
+def write_run_record(path: Path, runs: list[StageRun], est, started: float, jobs: int) -> None:
+    """What this run cost, stage by stage, beside what `vocabridge estimate` expected (`vocabridge results`
+    puts it in the ledger). Stages that DVC found up to date or restored say so: their seconds are not a cost."""
+    from vocabridge.fileio import write_json
+    from vocabridge.nmt.precision import describe_cpu
+
+    write_json(path, {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "wall_seconds": round(time.time() - started, 1), "jobs": jobs, "cores": cores(),
+        "load_average_at_end": round(os.getloadavg()[0], 2), "cpu": describe_cpu(),
+        "expected_flow_seconds": round(est.flow_seconds, 1) if est else None,
+        "stages": {run.stage: {"outcome": run.outcome, "seconds": round(run.seconds, 1),
+                               "expected_seconds": round(est.flow[run.stage][1] - est.flow[run.stage][0], 1)
+                               if est and run.stage in est.flow else None} for run in runs},
+    })
+
+
+def log_estimate(dag: Dag, workspace: Path, jobs: int):
+    """Print what the run should cost on this machine before it starts (`vocabridge estimate`'s table); the
+    estimate, or None where it could not be made."""
     from flows.estimate import estimate_dag, format_estimate
     from vocabridge.config import load_params
 
@@ -231,8 +254,10 @@ def log_estimate(dag: Dag, workspace: Path, jobs: int) -> None:
         params = load_params(workspace / "params.yaml")
         est = estimate_dag(dag, params, workspace, jobs, progress=False)
         logger.info("%s", format_estimate(est, params.profile))
+        return est
     except Exception as exc:  # an estimate is advice: the run goes on without it
         logger.warning("no estimate of this run: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return None
 
 
 @flow(name="vocabridge-sweep")

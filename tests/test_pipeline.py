@@ -398,3 +398,18 @@ def test_finished_experiments_are_collected_into_one_table(tiny_copy):
     with pytest.raises(FlowError, match="no experiment named nope"):
         collect(project, ["nope"])
     assert main(["--workspace", str(project), "--experiments", "nope"]) == 2
+
+
+@e2e
+def test_the_ledger_takes_a_finished_run_and_refuses_a_stale_one(tiny_copy):
+    proc = run(["python", "-m", "vocabridge.cli", "results"], tiny_copy)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = tiny_copy / "results/tiny"
+    assert (out / "report.md").read_text() == (tiny_copy / "data/reports/results/report.md").read_text()
+    assert (out / "dvc.lock").read_text() == (tiny_copy / "dvc.lock").read_text()
+    assert "native bf16" in (out / "README.md").read_text()
+    params = tiny_copy / "params.yaml"
+    params.write_text(params.read_text().replace("target_difference: 0.5", "target_difference: 0.4"))
+    proc = run(["python", "-m", "vocabridge.cli", "results"], tiny_copy)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0 and len(errors) == 1 and "report" in errors[0] and "not up to date" in errors[0]

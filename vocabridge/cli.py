@@ -111,6 +111,39 @@ def estimate_command(profile: str | None, fresh: bool, jobs: int) -> str:
     return format_estimate(estimate(root, profile, fresh, jobs), profile or current)
 
 
+def results_command(out: Path | None, allow_stale: bool) -> Path:
+    """`vocabridge results`: the finished run's outputs into the ledger (vocabridge.ledger), refusing outputs
+    that `dvc status` says are stale."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    from vocabridge.ledger import collect
+    from vocabridge.nmt.precision import describe_cpu
+
+    root = Path.cwd()
+    if not (root / "dvc.yaml").is_file():
+        raise ConfigError(f"{root}: not the project's root (no dvc.yaml); run `vocabridge results` there")
+    if not allow_stale:
+        proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=root, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise ConfigError(f"dvc status failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        stale = sorted(json.loads(proc.stdout or "{}"))
+        if stale:
+            raise ConfigError(f"dvc status: {len(stale)} stage(s) not up to date ({', '.join(stale[:5])}"
+                              f"{', ...' if len(stale) > 5 else ''}); finish the run, or --allow-stale")
+    profile = read_yaml(root / "params.yaml").get("profile", "default")
+    cpu = describe_cpu() | {"cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
+                            os.cpu_count()}
+    if torch.cuda.is_available():
+        cpu["gpu"] = torch.cuda.get_device_name()
+    return collect(root, out or root / "results" / profile, profile, cpu)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="vocabridge", description="Vocabulary adaptation for NMT.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -162,8 +195,17 @@ def main(argv: list[str]) -> None:
                      help="price profiles/NAME.yaml over params.yaml without changing it (default: params.yaml)")
     est.add_argument("--fresh", action="store_true", help="measure again instead of using the cached figures")
     est.add_argument("--jobs", type=int, default=0, help="the flow's stages at once (default as the flow: 0)")
+    res = sub.add_parser(
+        "results", help="copy the finished run's report, metrics, curves and dvc.lock into results/PROFILE",
+        description="The results ledger: the report, seeds tables, learning curves, every stage's metrics, the "
+                    "dvc.lock and params.yaml of the run, and a line naming the CPU/GPU and thread layout, into "
+                    "results/PROFILE/ (replaced whole) to commit. Refuses while `dvc status` shows stale stages.")
+    res.add_argument("--out", type=Path, default=None, help="where to write (default results/PROFILE)")
+    res.add_argument("--allow-stale", action="store_true", help="collect even if `dvc status` is not clean")
     args = parser.parse_args(argv)
-    if args.command == "estimate":
+    if args.command == "results":
+        print(f"{results_command(args.out, args.allow_stale)}: the run's results, ready to commit")
+    elif args.command == "estimate":
         print(estimate_command(args.profile, args.fresh, args.jobs))
     elif args.command == "profile":
         changed = set_profile(args.name, args.params, args.profiles)

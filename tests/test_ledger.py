@@ -1,0 +1,62 @@
+"""The results ledger on a hand-made finished workspace."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vocabridge.errors import InputError
+from vocabridge.ledger import collect
+
+CPU = {"cpu": "Test CPU", "capability": "AVX2", "bf16_native": False, "threads": 2, "cores": 2}
+
+
+def finished(root: Path) -> Path:
+    (root / "data/reports/results").mkdir(parents=True)
+    (root / "data/reports/results/report.md").write_text("| method | bleu |\n")
+    (root / "data/reports/results/seeds.csv").write_text("group,seeds\nva-llm,3\n")
+    (root / "data/metrics/finetune").mkdir(parents=True)
+    (root / "data/metrics/pretrain.json").write_text(json.dumps(
+        {"updates": 10, "device": "cpu", "threads": 2, "precision": "fp32", "train_seconds": 5.0}))
+    (root / "data/metrics/finetune/va-llm.json").write_text(json.dumps(
+        {"updates": 5, "device": "cpu", "threads": 1, "precision": "fp32", "train_seconds": 2.0}))
+    (root / "data/metrics/finetune/out-domain.json").write_text(json.dumps({"updates": 0, "best_update": 0}))
+    (root / "data/plots/pretrain").mkdir(parents=True)
+    (root / "data/plots/pretrain/dev_bleu.csv").write_text("step,dev_bleu\n0,0.0\n")
+    (root / "dvc.lock").write_text("schema: '2.0'\n")
+    (root / "params.yaml").write_text("profile: default\n")
+    return root
+
+
+def test_the_ledger_holds_the_run_and_names_the_machine(tmp_path):
+    root = finished(tmp_path / "ws")
+    (root / "data/reports/flow_run.json").write_text(json.dumps(
+        {"jobs": 2, "wall_seconds": 600.0, "expected_flow_seconds": 540.0}))
+    out = collect(root, root / "results/default", "default", CPU)
+    for name in ("report.md", "seeds.csv", "metrics/pretrain.json", "metrics/finetune/va-llm.json",
+                 "curves/pretrain/dev_bleu.csv", "dvc.lock", "params.yaml", "flow_run.json", "machine.json"):
+        assert (out / name).is_file(), name
+    machine = json.loads((out / "machine.json").read_text())
+    assert machine["training"] == {"pretrain": {"device": "cpu", "threads": 2, "precision": "fp32",
+                                                "train_seconds": 5.0},
+                                   "finetune/va-llm": {"device": "cpu", "threads": 1, "precision": "fp32",
+                                                       "train_seconds": 2.0}}  # out-domain did not train
+    readme = (out / "README.md").read_text()
+    assert "Test CPU (AVX2, native bf16 no), 2 cores" in readme and "training threads 1/2" in readme
+    assert "10.0 min wall (estimated 9.0)" in readme
+
+
+def test_a_second_collection_replaces_the_first_whole(tmp_path):
+    root = finished(tmp_path / "ws")
+    out = collect(root, root / "results/default", "default", CPU)
+    (out / "stale.csv").write_text("from an older run\n")
+    collect(root, out, "default", CPU)
+    assert not (out / "stale.csv").exists() and not (out / "flow_run.json").exists()
+
+
+def test_nothing_is_written_without_a_report(tmp_path):
+    root = finished(tmp_path / "ws")
+    (root / "data/reports/results/report.md").unlink()
+    with pytest.raises(InputError, match="report.md: missing"):
+        collect(root, root / "results/default", "default", CPU)
+    assert not (root / "results").exists()
