@@ -78,9 +78,14 @@ def main(argv: list[str]) -> None:
     tests = {ref: paired_bootstrap((ref, hyps[ref]), [(m, hyps[m]) for m in params.methods if m != ref], refs,
                                    cfg.bootstrap_samples, cfg.seed)
              for ref in dict.fromkeys([baseline, *cfg.also_against]) if ref in hyps}
+    keys = {row: row_group(row, params.transfer) for row in params.methods}
+    groups = seed_groups(params.methods, keys.__getitem__)
     threshold = cfg.curve_threshold
-    if threshold is None and len(curves[baseline]):
-        threshold = float(curves[baseline]["dev_bleu"].max())
+    base_curves = [curves[m] for m in groups.get(baseline, [baseline]) if len(curves[m])]
+    if threshold is None and base_curves:  # the baseline's best dev BLEU, averaged over its seeds
+        threshold = round(sum(float(c["dev_bleu"].max()) for c in base_curves) / len(base_curves), 2)
+    source = f"the best dev BLEU of {baseline}" + (f", the mean over its {len(base_curves)} seeds"
+                                                   if len(base_curves) > 1 else "")
     for row in rows:
         row["bleu_ci"] = tests[baseline][row["method"]]["ci"]
         row["p_value"] = tests[baseline][row["method"]]["p_value"]
@@ -88,8 +93,6 @@ def main(argv: list[str]) -> None:
     table = build_table(rows, baseline)
     compared = comparisons_table(tests, {row["method"]: row["bleu"] for row in rows})
     correlations = rank_correlations(table, shared_vocab)
-    keys = {row: row_group(row, params.transfer) for row in params.methods}
-    groups = seed_groups(params.methods, keys.__getitem__)
     seeds, seed_tests = seed_summary(params, keys, groups, hyps, refs, {row["method"]: row["bleu"] for row in rows},
                                      list(tests), {row["method"]: row["dev_bleu_auc"] for row in rows})
     grouped_curves = group_curves(curves, groups)
@@ -101,7 +104,7 @@ def main(argv: list[str]) -> None:
         f"mean and range; the figures in `learning_curves.csv`); dev_bleu_auc = mean "
         f"dev BLEU over the run (area under the curve / updates), updates_to_threshold = first evaluated update "
         f"with dev BLEU >= {threshold if threshold is not None else 'n/a'} "
-        f"({'report.curve_threshold' if cfg.curve_threshold is not None else f'the best dev BLEU of {baseline}'})."
+        f"({'report.curve_threshold' if cfg.curve_threshold is not None else source})."
         f"\n\n" + to_markdown(table.loc[table["source"] == "vocabridge",
                                       ["method", "bleu", "dev_bleu_auc", "updates_to_threshold", "best_update"]]),
         f"## Do the diagnostics before fine-tuning predict the final BLEU?\n\nSpearman rank correlation over the "

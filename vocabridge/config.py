@@ -209,7 +209,8 @@ class TransferMethod:
     fwet_weights: Literal["softmax", "normalized"] | None = None  # fwet: softmax of raw counts (paper) or shares
     scale: Literal["none", "norm"] | None = None  # va-cbow/va-linear: CBOW vectors as they are (the paper; None
     #                                               too) or scaled to the pretrained rows' mean norm
-    seed: int | None = None  # the row's seed (random rows, fine-tuning); None: finetune.train.seed
+    seed: int | None = None  # the row's seed: random new rows, fine-tuning's batches and dropout (deterministic
+    #                          initialisations ignore it); None: finetune.train.seed
     train_pairs: int | None = None  # fine-tune on N downstream pairs (a seeded sample; the low-resource regime);
     #                                 0: all of them; None: finetune.train_pairs
 
