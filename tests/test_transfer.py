@@ -101,6 +101,18 @@ def test_va_llm_reprojects_shared_tokens_without_using_themselves(side):
     np.testing.assert_allclose(a_row.sum(), 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("method", ["va-cbow", "va-linear", "va-llm"])
+def test_a_shared_token_without_a_cbow_vector_keeps_its_pretrained_row_when_reprojecting(side, method):
+    vectors = {t: side.aux[t] for t in side.aux.index_to_key if t != "▁h"}
+    lacking = Side(side.name, OLD, NEW, side.emb, kv(vectors))
+    initializer = {"va-cbow": cbow, "va-linear": linear,
+                   "va-llm": partial(anchors, select="knn", weighting="lle")}[method]
+    plan = initializer(lacking, knobs(k=3, shared="reproject"), np.random.default_rng(0))
+    assert plan.kind[NEW.index("▁h")] == "copied" and plan.kind[NEW.index("▁a")] == "projected"
+    np.testing.assert_array_equal(row(plan, lacking, "▁h"), side.emb[OLD.index("▁h")])
+    assert plan.stats["shared_without_vector_copied"] == 1
+
+
 def test_va_linear_recovers_a_rotation_exactly(side):
     plan = linear(side, knobs(), np.random.default_rng(0))
     for tok in ("▁x", "▁y"):

@@ -171,7 +171,13 @@ class PlanBuilder:
         self.vector(new_ids, rows.astype(np.float32), kind="random")
 
     def build(self, rng: np.random.Generator, **stats) -> Plan:
-        """Finish: whatever has no row yet gets a random one (counted in the stats)."""
+        """Finish: a shared token that re-projection left without a row (it has no CBOW vector) keeps its
+        pretrained row, never a random one; whatever else has no row yet gets a random one (counted)."""
+        left = set(self.todo.tolist())
+        kept = [(i, j) for i, j in zip(*(ids.tolist() for ids in self.side.shared), strict=True) if i in left]
+        if kept:
+            self.copy([i for i, _ in kept], [j for _, j in kept])
+            stats["shared_without_vector_copied"] = len(kept)
         self.random(self.todo, rng)
         n_old = len(self.side.old_tokens)
         weights = sparse.csr_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.kind), n_old),
