@@ -405,12 +405,12 @@ def test_generators_follow_the_equations():
         att.w.copy_(torch.tensor([0.0, 1.0]))  # scores 0 and 2
     p = np.exp(2) / (1 + np.exp(2))
     np.testing.assert_allclose(att(emb, ids, rel, mask).detach().numpy(), [[1 - p, 2 * p]], rtol=1e-6)
-    patt = Generator("patt", 2)
+    patt = Generator("patt", 2, patt_scale="paper")
     with torch.no_grad():
         patt.w[3] = torch.tensor([0.0, 1.0])  # relation 3 scores E . (0, 1) = 2; relation 0 scores 0
-    # Eq. 3 divides by |Sm(w)| = 2
+    # Eq. 3 as printed divides by |Sm(w)| = 2
     np.testing.assert_allclose(patt(emb, ids, rel, mask).detach().numpy(), [[(1 - p) / 2, 2 * p / 2]], rtol=1e-6)
-    code = Generator("patt", 2, patt_scale="code")
+    code = Generator("patt", 2)  # the default: as Eq. 2 and the authors' code, no 1/|Sm(w)|
     code.load_state_dict(patt.state_dict())
     np.testing.assert_allclose(code(emb, ids, rel, mask).detach().numpy(), [[1 - p, 2 * p]], rtol=1e-6)
     none = Generator("att", 2)(emb, ids, rel, torch.zeros_like(mask))

@@ -239,7 +239,7 @@ class GeneratorTraining:
     label_smoothing: float = 0.1  # Lp is the pretraining objective (label-smoothed cross-entropy)
     max_len: int = 128  # pairs with a side longer than this (in pieces) are skipped
     max_members: int = 10  # size cap of Sm(w), as transfer's `max_members`
-    patt_scale: Literal["paper", "code"] = "paper"  # patt: keep Eq. 3's 1/|Sm(w)| (paper) or not (code)
+    patt_scale: Literal["paper", "code"] = "code"  # patt: without Eq. 3's 1/|Sm(w)| (code) or with it (paper)
     log_every: int = 50
     checkpoint_every: int = 100
     seed: int = 1

@@ -134,7 +134,7 @@ def trained_generator(variant: str) -> Callable[[Resources], Built]:
     return partial(with_generator, variant=variant)
 
 
-DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_members=10, patt_scale="paper",
+DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_members=10, patt_scale="code",
                                fwet_weights="softmax")
 REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
 

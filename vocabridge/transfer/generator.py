@@ -4,8 +4,9 @@
     att   G(w) = sum softmax(W . E(w')) E(w'),    W a learnable vector       (Eq. 2)
     patt  G(w) = 1/|Sm(w)| sum softmax(W_r . E(w')) E(w'),  W_r by relation (Eq. 3)
 
-Eq. 3 has a 1/|Sm(w)| factor that the authors' code leaves out; `patt_scale="paper"` (default) keeps it,
-"code" drops it. Zero-initialised parameters give uniform attention, so an untrained att generator is avg.
+Eq. 3 has a 1/|Sm(w)| factor that Eq. 2 and the authors' code do not have: it shrinks every generated row by
+the member count, so `patt_scale="code"` (default) leaves it out and "paper" keeps it. Zero-initialised
+parameters give uniform attention, so an untrained att generator is avg.
 The weights are what the Plan stores: G(w) is a combination of pretrained rows, so the output bias follows.
 """
 
@@ -25,7 +26,7 @@ Kind = Literal["avg", "att", "patt"]
 
 
 class Generator(nn.Module):
-    def __init__(self, kind: Kind, dim: int, patt_scale: Literal["paper", "code"] = "paper"):
+    def __init__(self, kind: Kind, dim: int, patt_scale: Literal["paper", "code"] = "code"):
         super().__init__()
         self.kind, self.patt_scale = kind, patt_scale
         if kind == "att":
