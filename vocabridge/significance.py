@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from sacrebleu.metrics import BLEU
@@ -76,8 +77,15 @@ class Comparison:
 
 def sentence_statistics(hyps: list[str], refs: list[str]) -> np.ndarray:
     """sacrebleu's BLEU sufficient statistics per sentence: (sentences, 2 + 2 * 4)."""
-    metric = BLEU()
-    return np.asarray(metric._extract_corpus_statistics(hyps, [refs]), dtype=np.int64)
+    return _statistics(tuple(hyps), tuple(refs))
+
+
+@lru_cache(maxsize=128)
+def _statistics(hyps: tuple[str, ...], refs: tuple[str, ...]) -> np.ndarray:
+    """Cached: a report compares each seed with several references."""
+    stats = np.asarray(BLEU()._extract_corpus_statistics(list(hyps), [list(refs)]), dtype=np.int64)
+    stats.setflags(write=False)
+    return stats
 
 
 def corpus_bleu(stats: np.ndarray) -> np.ndarray:
