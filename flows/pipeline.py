@@ -29,6 +29,7 @@ from flows.dag import Dag, Stage, load_dag
 from flows.dvcrun import StageRun, dvc_ok, git, repro_stage
 from flows.errors import FlowError, StageError
 from flows.report import markdown, stages_table
+from vocabridge.ledger import RUN_RECORD
 
 
 @task(name="dvc-stage", cache_policy=NO_CACHE, persist_result=False)
@@ -157,7 +158,9 @@ def _has_default_remote(workspace: Path) -> bool:
 
 
 def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from vocabridge.nmt.precision import usable_cores
+
+    return usable_cores()
 
 
 def share_cores(jobs: int) -> int:
@@ -221,9 +224,6 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
             experiment.remove(run_ws)
     create_markdown_artifact(table, key="vocabridge-report", description=f"vocabridge report ({name})")
     return table
-
-
-RUN_RECORD = Path("data/reports/flow_run.json")
 
 
 def write_run_record(path: Path, runs: list[StageRun], est, started: float, jobs: int) -> None:

@@ -115,7 +115,6 @@ def results_command(out: Path | None, allow_stale: bool) -> Path:
     """`vocabridge results`: the finished run's outputs into the ledger (vocabridge.ledger), refusing outputs
     that `dvc status` says are stale."""
     import json
-    import os
     import subprocess
     import sys
 
@@ -137,8 +136,7 @@ def results_command(out: Path | None, allow_stale: bool) -> Path:
             raise ConfigError(f"dvc status: {len(stale)} stage(s) not up to date ({', '.join(stale[:5])}"
                               f"{', ...' if len(stale) > 5 else ''}); finish the run, or --allow-stale")
     profile = read_yaml(root / "params.yaml").get("profile", "default")
-    cpu = describe_cpu() | {"cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
-                            os.cpu_count()}
+    cpu = describe_cpu()
     if torch.cuda.is_available():
         cpu["gpu"] = torch.cuda.get_device_name()
     return collect(root, out or root / "results" / profile, profile, cpu)

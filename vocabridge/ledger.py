@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from vocabridge.errors import InputError
-from vocabridge.fileio import atomic_dir
+from vocabridge.fileio import atomic_dir, write_json
 
 REPORT = Path("data/reports/results")
 METRICS = Path("data/metrics")
@@ -31,7 +31,7 @@ def _git(root: Path, *args: str) -> str:
 def training_layout(metrics: Path) -> dict[str, dict]:
     """Device, threads and precision of every training stage, from its metrics."""
     layout = {}
-    for path in sorted([metrics / "pretrain.json", *sorted((metrics / "finetune").glob("*.json"))]):
+    for path in [metrics / "pretrain.json", *sorted((metrics / "finetune").glob("*.json"))]:
         if not path.is_file():
             continue
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -79,9 +79,8 @@ def collect(root: Path, out: Path, profile: str, cpu: dict) -> Path:
             shutil.copy2(root / name, tmp / name)
         if run:
             shutil.copy2(root / RUN_RECORD, tmp / "flow_run.json")
-        (tmp / "machine.json").write_text(json.dumps(
-            {"cpu": cpu, "training": layout, "commit": commit, "uncommitted_changes": dirty,
-             "collected": time.strftime("%Y-%m-%d")}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_json(tmp / "machine.json", {"cpu": cpu, "training": layout, "commit": commit,
+                                          "uncommitted_changes": dirty, "collected": time.strftime("%Y-%m-%d")})
         (tmp / "README.md").write_text(
             f"# Profile `{profile}`\n\nThe outputs of one run of the `{profile}` profile: `report.md` (every row, "
             f"the paired comparisons, the seeds table and the comparisons over seeds and sentences), the CSV "

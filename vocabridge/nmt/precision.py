@@ -65,10 +65,15 @@ def cpu_bf16_supported() -> bool:
         return False
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def describe_cpu() -> dict:
-    """What every reported timing names: CPU, torch's ISA level, native bf16 yes/no, threads."""
+    """What every reported timing names: CPU, torch's ISA level, native bf16 yes/no, threads, cores."""
     return {"cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(),
-            "bf16_native": cpu_bf16_supported(), "threads": torch.get_num_threads()}
+            "bf16_native": cpu_bf16_supported(), "threads": torch.get_num_threads(), "cores": usable_cores()}
 
 
 def _block_seconds(bf16: bool, budget: float, give_up_after: float | None = None) -> float:

@@ -31,7 +31,7 @@ from vocabridge.errors import VocabridgeError
 from vocabridge.fileio import atomic_dir
 from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
-from vocabridge.nmt.precision import resolve_bf16
+from vocabridge.nmt.precision import resolve_bf16, usable_cores
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab
 
@@ -71,7 +71,7 @@ def threads_of(threads: int = 0) -> int:
         if not env.isdigit() or int(env) < 1:
             raise ValueError(f"VOCABRIDGE_THREADS: expected a positive integer, got {env!r}")
         return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 def use_compute(compute) -> torch.device:
