@@ -1,5 +1,8 @@
-import re, sys, collections
+import collections
+import re
+import sys
 from datetime import datetime
+
 first, end = {}, {}
 flow_start = None
 for line in open(sys.argv[1], errors="replace"):
