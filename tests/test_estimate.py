@@ -6,11 +6,20 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from flows.dag import Dag, Stage
 from flows.estimate import simulate_flow
 from vocabridge.config import Params, apply_profile, parse
-from vocabridge.estimate import DVC_OVERHEAD, Machine, measure, stage_seconds
+from vocabridge.estimate import (
+    DVC_OVERHEAD,
+    TYPICAL_PIECES,
+    Machine,
+    _batch,
+    measure,
+    stage_seconds,
+    typical_pieces,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,16 +58,53 @@ def test_training_stages_cost_updates_and_dev_evaluations(tmp_path):
     params.pretrain.train.max_updates, params.pretrain.train.eval_every = 1000, 500
     params.pretrain.train.dev_sentences = 400
     start = 3.0 + DVC_OVERHEAD
-    # 1000 updates x 0.5 s + (1000 / 500 + 2) evaluations x 400 sentences x 0.01 s
-    assert stage_seconds("pretrain", params, machine(), 2, tmp_path) == pytest.approx(start + 10 + 500 + 16)
+    # 1000 updates x 0.5 s + (1000 / 500 + 2) evaluations x (400 sentences x 0.01 s greedy + the dev-loss
+    # forward passes: 400 x 11 target pieces / batch tokens batches at a third of an update each)
+    loss_pass = 400 * 11 / params.pretrain.train.batch_tokens * 0.5 / 3
+    assert stage_seconds("pretrain", params, machine(), 2, tmp_path) == pytest.approx(
+        start + 10 + 500 + 4 * (4 + loss_pass))
     params.finetune.train.max_updates, params.finetune.train.eval_every = 100, 50
     params.finetune.train.dev_sentences = 200
     params.prepare.downstream.dev_size = 150  # fewer dev pairs than dev_sentences: all of them
-    expected = start + 5 + 100 * 0.4 + 4 * 150 * 0.05
+    expected = start + 5 + 100 * 0.4 + 4 * (150 * 0.05 + 150 * 32 / params.finetune.train.batch_tokens * 0.4 / 3)
     assert stage_seconds("finetune@in-domain", params, machine(), 1, tmp_path) == pytest.approx(expected)
     assert stage_seconds("finetune@out-domain", params, machine(), 1, tmp_path) == pytest.approx(start + 1)
     params.prepare.downstream.test_size = 1000
     assert stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 60)
+
+
+def test_a_stage_beside_others_takes_the_measured_slowdown(tmp_path):
+    params = parse(Params, {}, "params")
+    params.finetune.train.threads = 1  # one thread whatever the layout, as in params.yaml
+    alone = stage_seconds("finetune@va-llm", params, machine(), 2, tmp_path)  # 2 of 2 cores: nothing beside it
+    assert stage_seconds("finetune@va-llm", params, machine(), 1, tmp_path) == pytest.approx(alone)
+    crowded = machine()
+    crowded.beside = 1.25
+    start = crowded.startup + DVC_OVERHEAD
+    assert stage_seconds("finetune@va-llm", params, crowded, 1, tmp_path) == pytest.approx(
+        start + (alone - start) * 1.25)
+    assert stage_seconds("finetune@va-llm", params, crowded, 2, tmp_path) == pytest.approx(alone)
+
+
+def test_the_timed_batch_has_the_shape_of_a_real_one():
+    # 12 source and 11 target pieces on average: the longest source of a batch is about 12 / 0.87 = 14 pieces,
+    # and 97% of a 3,000-token budget holds 2,910 // 14 = 207 rows
+    batch = _batch(8002, 12, 11, 3000, torch.device("cpu"))
+    assert batch["input_ids"].shape == (207, 14) and batch["labels"].shape == (207, 11)
+    assert batch["decoder_input_ids"].shape == (207, 11) and int(batch["input_ids"].max()) < 8002
+    # long targets set the budget: 97% of 1,500 over 40 pieces
+    assert _batch(8002, 10, 40, 1500, torch.device("cpu"))["labels"].shape == (36, 40)
+
+
+def test_segment_lengths_come_from_the_prepared_corpus(tmp_path):
+    params = parse(Params, {}, "params")
+    assert typical_pieces(params, "downstream", tmp_path) == TYPICAL_PIECES["downstream"]
+    corpus = tmp_path / "data" / "corpora" / "downstream"
+    corpus.mkdir(parents=True)
+    (corpus / f"train.{params.lang.src}").write_text("ein zwei drei vier fünf\n" * 10, encoding="utf-8")
+    (corpus / f"train.{params.lang.tgt}").write_text("one two three four five six seven eight nine ten\n" * 10,
+                                                      encoding="utf-8")
+    assert typical_pieces(params, "downstream", tmp_path) == (8, 16)  # 5 and 10 words x 1.6 pieces per word
 
 
 def test_a_real_measurement_of_the_tiny_profile(tmp_path, monkeypatch):
@@ -69,6 +115,7 @@ def test_a_real_measurement_of_the_tiny_profile(tmp_path, monkeypatch):
     assert {"pretrain", "generator", "finetune-downstream"} <= set(found.train)
     assert all(s > 0 for table in found.train.values() for s in table.values())
     assert set(found.precision.values()) <= {"bf16", "fp32"} and found.precision["generator"] == "fp32"
+    assert found.beside >= 1.0  # a twin beside a one-thread update never speeds it up
 
 
 @pytest.mark.e2e

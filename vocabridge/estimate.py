@@ -20,7 +20,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,10 +35,19 @@ from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
 from vocabridge.nmt.train import threads_of
 from vocabridge.transfer import generators_needed, get_method
 
-# Typical segment lengths in pieces when the corpora are not prepared yet (IT strings are short, verses long).
-TYPICAL_PIECES = {"upstream": 14, "downstream": 38}
+# Mean pieces per training segment (source, target) when the corpora are not prepared yet: the default corpora
+# with their 8k SentencePiece vocabularies (IT strings are short, verses long).
+TYPICAL_PIECES = {"upstream": (12, 11), "downstream": (32, 32)}
+PIECES_PER_WORD = 1.6  # the default corpora's 8k vocabularies: 1.3 (verses, English) to 2.0 (IT strings, German)
+# The shape of a real batch (nmt.data.make_batches, measured on both default corpora): sorted by target length,
+# a batch's targets are hardly padded, while its longest source is about 1/0.87 of the mean source; the padded
+# source then fills about 97% of the token budget.
+SOURCE_MEAN_OVER_LONGEST = 0.87
+BUDGET_FILL = 0.97
 DVC_OVERHEAD = 2.5  # seconds `dvc repro --single-item` adds around a stage's command (hashing, lock)
-TIMED_UPDATES = 2
+WARMUP_UPDATES = 2
+MEASUREMENT_LAYOUT = "2"  # bumped when what `measure` times changes: older cached figures are not reused
+TIMED_UPDATES = 3
 
 
 @dataclass
@@ -50,6 +61,7 @@ class Machine:
     greedy: dict[str, dict[int, float]] = field(default_factory=dict)  # domain -> threads -> s/sentence
     beam: dict[int, float] = field(default_factory=dict)  # threads -> s/sentence (evaluate's decoder)
     precision: dict[str, str] = field(default_factory=dict)  # kind -> bf16 | fp32
+    beside: float = 1.0  # slow-down of a one-thread stage while others run beside it on the other cores
     measured_in: float = 0.0
     load: float = 0.0  # the 1-minute load average when measured: other work sharing the CPU inflates every figure
 
@@ -71,15 +83,21 @@ def vocab_size(params: Params, domain: str) -> int:
     return max(spm.de.vocab_size, spm.en.vocab_size) + 2
 
 
-def typical_pieces(params: Params, domain: str, root: Path = Path(".")) -> int:
-    """Mean pieces per training segment: from the prepared corpus if there is one (words x 1.4), else typical."""
-    path = root / "data" / "corpora" / domain / f"train.{params.lang.tgt}"
-    if path.is_file():
+def typical_pieces(params: Params, domain: str, root: Path = Path(".")) -> tuple[int, int]:
+    """Mean (source, target) pieces per training segment: from the prepared corpus if there is one (words x
+    PIECES_PER_WORD, lines sampled over the whole file), else the default corpora's."""
+    pieces = []
+    for lang in (params.lang.src, params.lang.tgt):
+        path = root / "data" / "corpora" / domain / f"train.{lang}"
+        if not path.is_file():
+            return TYPICAL_PIECES[domain]
         with path.open(encoding="utf-8") as handle:
-            words = [len(line.split()) for _, line in zip(range(5000), handle, strict=False)]
-        if words:
-            return max(4, min(int(1.4 * sum(words) / len(words)) + 1, 120))
-    return TYPICAL_PIECES[domain]
+            lines = handle.readlines()
+        words = [len(line.split()) for line in lines[:: max(1, len(lines) // 5000)]]
+        if not words:
+            return TYPICAL_PIECES[domain]
+        pieces.append(max(4, min(round(PIECES_PER_WORD * sum(words) / len(words)), 120)))
+    return pieces[0], pieces[1]
 
 
 def _model(arch: Arch, vocab: int):
@@ -91,22 +109,22 @@ def _model(arch: Arch, vocab: int):
     return MarianMTModel(marian_config(arch, vocab, vocab, vocab - 1))
 
 
-def _batch(vocab: int, pieces: int, batch_tokens: int, device: torch.device) -> dict[str, torch.Tensor]:
-    rows = max(1, batch_tokens // pieces)
+def _batch(vocab: int, src_pieces: int, tgt_pieces: int, batch_tokens: int, device: torch.device
+           ) -> dict[str, torch.Tensor]:
+    """Random ids in the shape of a real batch of `batch_tokens` (see SOURCE_MEAN_OVER_LONGEST)."""
+    src_len = max(1, round(src_pieces / SOURCE_MEAN_OVER_LONGEST))
+    rows = max(1, int(BUDGET_FILL * batch_tokens) // max(src_len, tgt_pieces))
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(2, vocab - 1, (rows, pieces), generator=gen)
-    ids[:, -1] = 0
-    return {k: v.to(device) for k, v in {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                                         "decoder_input_ids": ids.roll(1, 1), "labels": ids}.items()}
+    src = torch.randint(2, vocab - 1, (rows, src_len), generator=gen)
+    tgt = torch.randint(2, vocab - 1, (rows, tgt_pieces), generator=gen)
+    src[:, -1] = tgt[:, -1] = 0
+    return {k: v.to(device) for k, v in {"input_ids": src, "attention_mask": torch.ones_like(src),
+                                         "decoder_input_ids": tgt.roll(1, 1), "labels": tgt}.items()}
 
 
-def time_updates(arch: Arch, vocab: int, pieces: int, cfg: Training, threads: int, device: torch.device,
-                 frozen: bool = False) -> tuple[float, str]:
-    """Seconds per training update of nmt.train's step (Adam, label smoothing, clipping, its precision).
-
-    `frozen`: only the embeddings learn and autocast is off, as in generator pretraining (fp32, the pretrained
-    model frozen, gradients flowing through it to the generated rows)."""
-    torch.set_num_threads(threads)
+def _updater(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, device: torch.device,
+             frozen: bool) -> tuple[Callable[[], None], str]:
+    """One training update of nmt.train's step (Adam, label smoothing, clipping, its precision) on a fresh model."""
     model = _model(arch, vocab).to(device).train()
     precision = resolve_bf16(False if frozen else cfg.bf16, device)
     if frozen:
@@ -114,7 +132,7 @@ def time_updates(arch: Arch, vocab: int, pieces: int, cfg: Training, threads: in
             p.requires_grad_("embed_tokens" in name)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=1e-4)
-    batch = _batch(vocab, pieces, cfg.batch_tokens, device)
+    batch = _batch(vocab, *pieces, cfg.batch_tokens, device)
     labels = batch.pop("labels")
 
     def update() -> None:
@@ -126,13 +144,61 @@ def time_updates(arch: Arch, vocab: int, pieces: int, cfg: Training, threads: in
         torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm)
         optimizer.step()
 
-    update()
+    return update, precision.name
+
+
+def _seconds_per_update(update: Callable[[], None], device: torch.device) -> float:
+    for _ in range(WARMUP_UPDATES):  # the first updates allocate and pick kernels: slower than the rest
+        update()
     _sync(device)
     started = time.perf_counter()
     for _ in range(TIMED_UPDATES):
         update()
     _sync(device)
-    return (time.perf_counter() - started) / TIMED_UPDATES, precision.name
+    return (time.perf_counter() - started) / TIMED_UPDATES
+
+
+def time_updates(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, threads: int, device: torch.device,
+                 frozen: bool = False) -> tuple[float, str]:
+    """Seconds per training update at `threads` torch threads, and the precision it ran in.
+
+    `frozen`: only the embeddings learn and autocast is off, as in generator pretraining (fp32, the pretrained
+    model frozen, gradients flowing through it to the generated rows)."""
+    torch.set_num_threads(threads)
+    update, precision = _updater(arch, vocab, pieces, cfg, device, frozen)
+    return _seconds_per_update(update, device), precision
+
+
+def time_beside(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, twins: int) -> float:
+    """Seconds per one-thread update while `twins` copies of the same work run beside it, one thread each.
+
+    The flow runs one-thread stages side by side (two fine-tunes on two cores); they share caches and memory
+    bandwidth, so each is slower than alone. The twins are threads of this process (torch releases the GIL in
+    its kernels), which costs no second interpreter start."""
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    update, _ = _updater(arch, vocab, pieces, cfg, device, False)
+    stop, running = threading.Event(), threading.Semaphore(0)
+
+    def twin() -> None:
+        torch.set_num_threads(1)
+        other, _ = _updater(arch, vocab, pieces, cfg, device, False)
+        other()
+        running.release()
+        while not stop.is_set():
+            other()
+
+    workers = [threading.Thread(target=twin, daemon=True) for _ in range(twins)]
+    for worker in workers:
+        worker.start()
+    try:
+        for _ in workers:
+            running.acquire()  # every twin is past its first update before the clock starts
+        return _seconds_per_update(update, device)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
 
 
 def _sync(device: torch.device) -> None:
@@ -140,13 +206,20 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _sources(vocab: int, sentences: int, pieces: int, device: torch.device) -> torch.Tensor:
+    ids = torch.randint(2, vocab - 1, (sentences, pieces), generator=torch.Generator().manual_seed(0))
+    ids[:, -1] = 0
+    return ids.to(device)
+
+
 @torch.inference_mode()
-def time_greedy(arch: Arch, vocab: int, pieces: int, threads: int, device: torch.device, sentences: int = 24) -> float:
-    """Seconds per sentence of greedy decoding (nmt.translate, fp32) with outputs as long as the inputs."""
+def time_greedy(arch: Arch, vocab: int, pieces: tuple[int, int], threads: int, device: torch.device,
+                sentences: int = 24) -> float:
+    """Seconds per sentence of greedy decoding (nmt.translate, fp32), (source, target) pieces long."""
     torch.set_num_threads(threads)
     model = _model(arch, vocab).to(device).eval()
-    ids = _batch(vocab, pieces, sentences * pieces, device)["input_ids"]
-    kwargs = {"num_beams": 1, "do_sample": False, "min_new_tokens": pieces, "max_new_tokens": pieces}
+    ids = _sources(vocab, sentences, pieces[0], device)
+    kwargs = {"num_beams": 1, "do_sample": False, "min_new_tokens": pieces[1], "max_new_tokens": pieces[1]}
     model.generate(input_ids=ids[:2], attention_mask=torch.ones_like(ids[:2]), **kwargs)
     started = time.perf_counter()
     model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
@@ -154,15 +227,15 @@ def time_greedy(arch: Arch, vocab: int, pieces: int, threads: int, device: torch
     return (time.perf_counter() - started) / len(ids)
 
 
-def time_beam(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
+def time_beam(params: Params, vocab: int, pieces: tuple[int, int], threads: int, device: torch.device,
               sentences: int = 24) -> float:
     """Seconds per sentence of the evaluate stage's beam search (its decoder and beam) on the profile's model."""
     cfg = params.evaluate
     model = _model(params.pretrain.arch, vocab).eval()
     if cfg.decoder == "transformers":
         torch.set_num_threads(threads)
-        ids = _batch(vocab, pieces, sentences * pieces, torch.device("cpu"))["input_ids"].to(device)
-        kwargs = {"num_beams": cfg.beam, "do_sample": False, "min_new_tokens": pieces, "max_new_tokens": pieces}
+        ids = _sources(vocab, sentences, pieces[0], device)
+        kwargs = {"num_beams": cfg.beam, "do_sample": False, "min_new_tokens": pieces[1], "max_new_tokens": pieces[1]}
         with torch.inference_mode():
             model.to(device).generate(input_ids=ids[:2], attention_mask=torch.ones_like(ids[:2]), **kwargs)
             started = time.perf_counter()
@@ -187,8 +260,8 @@ def time_beam(params: Params, vocab: int, pieces: int, threads: int, device: tor
         converter.convert(str(Path(tmp) / "ct2"), force=True)
         translator = ctranslate2.Translator(str(Path(tmp) / "ct2"), device=device.type, intra_threads=threads)
         rng = np.random.default_rng(0)
-        batch = [[tokens[i] for i in rng.integers(2, vocab - 1, pieces)] + ["</s>"] for _ in range(sentences)]
-        opts = {"beam_size": cfg.beam, "min_decoding_length": pieces, "max_decoding_length": pieces}
+        batch = [[tokens[i] for i in rng.integers(2, vocab - 1, pieces[0] - 1)] + ["</s>"] for _ in range(sentences)]
+        opts = {"beam_size": cfg.beam, "min_decoding_length": pieces[1], "max_decoding_length": pieces[1]}
         translator.translate_batch(batch[:2], **opts)
         started = time.perf_counter()
         translator.translate_batch(batch, **opts)
@@ -239,6 +312,11 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
                 note(f"{kind} updates at {threads} thread(s)")
                 timed[key] = time_updates(arch, key[0], pieces, cfg, threads, device, frozen)
             machine.train[kind][threads], machine.precision[kind] = timed[key]
+    if device.type == "cpu" and cores > 1:
+        note(f"finetune updates at 1 thread, {cores - 1} beside it")
+        alone = machine.train["finetune-downstream"][1]
+        beside = time_beside(arch, vocab_size(params, "downstream"), down, params.finetune.train, cores - 1)
+        machine.beside = round(max(1.0, beside / alone), 3)
     for domain, pieces in (("upstream", up), ("downstream", down)):
         note(f"greedy decoding ({domain})")
         machine.greedy[domain] = {t: time_greedy(arch, vocab_size(params, domain), pieces, t, device)
@@ -258,7 +336,7 @@ def _generator_training(params: Params) -> Training:
 
 def measurement_key(params: Params, cores: int) -> str:
     """What the measurements depend on: the machine and the parts of params that shape the timed work."""
-    parts = [json.dumps(describe_cpu() | {"cores": cores}, sort_keys=True), torch.__version__,
+    parts = [MEASUREMENT_LAYOUT, json.dumps(describe_cpu() | {"cores": cores}, sort_keys=True), torch.__version__,
              json.dumps(dataclasses.asdict(params.pretrain.arch), sort_keys=True),
              json.dumps([dataclasses.asdict(params.spm), dataclasses.asdict(params.evaluate),
                          dataclasses.asdict(params.pretrain.train), dataclasses.asdict(params.finetune.train),
@@ -298,14 +376,28 @@ def _count_lines(path: Path, default: int) -> int:
 def _training(machine: Machine, kind: str, greedy_domain: str, cfg: Training, threads: int,
               dev_sentences: int) -> float:
     evals = cfg.max_updates // max(cfg.eval_every, 1) + 2  # update 0 and the last update
-    return (cfg.max_updates * _at(machine.train[kind], threads)
-            + evals * min(cfg.dev_sentences, dev_sentences) * _at(machine.greedy[greedy_domain], threads))
+    sentences = min(cfg.dev_sentences, dev_sentences)
+    update = _at(machine.train[kind], threads)
+    # each evaluation: greedy dev BLEU, and dev loss (a forward pass, about a third of an update, per batch)
+    loss_batches = sentences * TYPICAL_PIECES[greedy_domain][1] / max(cfg.batch_tokens, 1)
+    return (cfg.max_updates * update
+            + evals * (sentences * _at(machine.greedy[greedy_domain], threads) + loss_batches * update / 3))
 
 
 def stage_seconds(stage: str, params: Params, machine: Machine, threads: int, root: Path = Path(".")) -> float:
-    """Expected wall time of one DVC stage (`pretrain`, `finetune@va-llm`) at `threads` torch threads."""
-    group, _, item = stage.partition("@")
+    """Expected wall time of one DVC stage (`pretrain`, `finetune@va-llm`) at `threads` torch threads.
+
+    Fewer threads than cores means the stage shares the machine (the flow's layout): its work then takes
+    `machine.beside` times as long."""
     start = machine.startup + DVC_OVERHEAD
+    alone = _stage_alone(stage, params, machine, threads, root, start)
+    if threads < machine.cpu.get("cores", threads):
+        return start + (alone - start) * machine.beside
+    return alone
+
+
+def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, root: Path, start: float) -> float:
+    group, _, item = stage.partition("@")
     corpora = root / "data" / "corpora"
     down_dev = _count_lines(corpora / "downstream" / f"dev.{params.lang.src}", params.prepare.downstream.dev_size)
     up_dev = _count_lines(corpora / "upstream" / f"dev.{params.lang.src}", params.prepare.upstream.dev_size)
