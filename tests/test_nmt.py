@@ -103,6 +103,7 @@ def test_training_learns_and_is_deterministic(tmp_path, vocabs, data):
     assert curve(a) == curve(b) and a.dev_log == b.dev_log
     assert a.loss_log[-1]["loss"] < a.loss_log[0]["loss"]
     assert [r["step"] for r in a.dev_log] == [0, 6, 12]
+    assert a.dev_bleu_seconds > 0 and a.dev_loss_seconds > 0 and a.checkpoint_seconds > 0  # where the time went
 
 
 class Crash(Exception):

@@ -50,7 +50,10 @@ class State:
     best_step: int = 0
     bad_evals: int = 0
     target_tokens: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # the training loop's wall time (updates, and the evaluations and checkpoints within)
+    dev_bleu_seconds: float = 0.0  # of which greedy decoding for dev BLEU (update 0's included)
+    dev_loss_seconds: float = 0.0  # ... teacher-forced dev cross-entropy
+    checkpoint_seconds: float = 0.0  # ... writing `last` and `best`
     stopped: str = ""
     loss_log: list[dict] = field(default_factory=list)
     dev_log: list[dict] = field(default_factory=list)
@@ -122,6 +125,11 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------------------------
     def _save(self, which: str) -> None:
+        started = time.perf_counter()
+        self._write(which)
+        self.state.checkpoint_seconds += time.perf_counter() - started
+
+    def _write(self, which: str) -> None:
         if which == "last":
             sched = {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
             save_checkpoint(self.ckpt_dir, self.model, self.optimizer,
@@ -161,8 +169,12 @@ class Trainer:
 
     def _evaluate(self) -> None:
         st = self.state
+        started = time.perf_counter()
         bleu = dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
+        decoded = time.perf_counter()
         loss = dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref)
+        st.dev_bleu_seconds += decoded - started
+        st.dev_loss_seconds += time.perf_counter() - decoded
         self.model.train()
         st.dev_log.append({"step": st.step, "dev_bleu": bleu, "dev_loss": loss})
         by_loss = self.cfg.select_by == "loss"
@@ -256,6 +268,8 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
         "best_dev_loss": state.best_loss, "selected_by": f"dev {cfg.select_by}",
         "stopped": state.stopped, "train_pairs": len(data), "target_tokens_seen": state.target_tokens,
         "train_seconds": round(state.seconds, 1),
+        **{key: round(getattr(state, key), 1) for key in ("dev_bleu_seconds", "dev_loss_seconds",
+                                                          "checkpoint_seconds")},
         "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
         "padding_share": round(padding_share(data, make_batches(data, cfg.batch_tokens, cfg.seed, 0)), 4),
         "bf16": trainer.bf16, **trainer.precision.as_metrics(), "device": str(trainer.device),
