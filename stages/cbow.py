@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 
 from stages import _paths as paths
-from vocabridge.corpora.user import read_text_lines
+from vocabridge.cbow import domain_text, save_vectors, train_cbow
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, write_json
 from vocabridge.tokenizers import load_spm
-from vocabridge.transfer.cbow import save_vectors, train_cbow
 
 
 def main(argv: list[str]) -> None:
@@ -22,9 +21,7 @@ def main(argv: list[str]) -> None:
     stats = {}
     with atomic_dir(paths.CBOW) as tmp:
         for lang in (params.lang.src, params.lang.tgt):
-            lines = read_text_lines(corpus / f"train.{lang}")
-            if (corpus / f"mono.{lang}").is_file():
-                lines += read_text_lines(corpus / f"mono.{lang}")
+            lines = domain_text(corpus, lang)
             kv = train_cbow(lines, load_spm(paths.SPM / "downstream" / f"{lang}.model"), dim, params.cbow, lang)
             save_vectors(kv, tmp / f"{lang}.bin")
             stats[lang] = {"lines": len(lines), "tokens": len(kv), "dim": dim}

@@ -374,6 +374,30 @@ def test_killed_pretraining_resumes_from_its_last_checkpoint(tmp_path, download_
 
 
 @e2e
+def test_pretraining_can_start_from_cbow_rows(tiny_copy):
+    """Sato et al. §4.2: `pretrain.init: cbow` trains CBOW on the upstream text in upstream pieces and starts
+    the embedding rows from it; the model then trains as from random rows."""
+    import torch
+
+    from vocabridge.nmt.model import load_model
+
+    params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
+    params["pretrain"]["init"] = "cbow"
+    params["pretrain"]["cbow"]["epochs"] = 1
+    params["pretrain"]["train"].update(max_updates=20, eval_every=10)
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    random_rows = load_model(tiny_copy / "data/models/pretrained")[0].get_encoder().embed_tokens.weight
+    proc = run(["dvc", "repro", "--single-item", "pretrain"], tiny_copy)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    metrics = json.loads((tiny_copy / "data/metrics/pretrain.json").read_text())
+    assert metrics["init"] == "cbow" and metrics["updates"] == 20 and metrics["best_update"] > 0
+    for role in ("src", "tgt"):
+        assert metrics["init_rows"][role]["cbow_rows"] > 0.5 * metrics["init_rows"][role]["rows"]
+    rows = load_model(tiny_copy / "data/models/pretrained")[0].get_encoder().embed_tokens.weight
+    assert rows.shape == random_rows.shape and not torch.allclose(rows, random_rows)
+
+
+@e2e
 def test_finished_experiments_are_collected_into_one_table(tiny_copy):
     from flows.collect import OUT, collect, main, write
     from flows.errors import FlowError

@@ -13,12 +13,12 @@ import torch
 from gensim.models import KeyedVectors
 from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
 
+from vocabridge.cbow import load_vectors, save_vectors
 from vocabridge.config import TransferMethod
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.nmt.model import build_model, load_model, save_model
 from vocabridge.nmt.vocab import Vocab
 from vocabridge.transfer import METHODS, Resources, generators_needed, get_method, knobs_for
-from vocabridge.transfer.cbow import load_vectors, save_vectors
 from vocabridge.transfer.diagnostics import leave_one_out
 from vocabridge.transfer.methods import anchors, cbow, linear, random_init
 from vocabridge.transfer.plan import Side, greedy_pieces, lle_weights, procrustes, segment_like, sparsemax

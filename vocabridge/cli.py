@@ -46,12 +46,12 @@ NEEDS_CBOW = ("va-llm", "va-linear", "va-cbow", "focus")
 
 def adapt(args: argparse.Namespace) -> dict:
     """Give a user's Marian/OPUS-MT model vocabularies fitted to their in-domain text (see `adapt --help`)."""
+    from vocabridge.cbow import save_vectors, train_cbow
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, write_json
     from vocabridge.nmt.model import check_model_dir, save_model
     from vocabridge.tokenizers import train_spm
     from vocabridge.transfer import Resources, get_method, knobs_for
-    from vocabridge.transfer.cbow import save_vectors, train_cbow
 
     check_model_dir(args.model)
     knobs = knobs_for(args.method, {args.method: TransferMethod(sides=args.sides, shared=args.shared, k=args.k,

@@ -170,8 +170,23 @@ class Training:
 
 
 @dataclass
+class Cbow:
+    """gensim Word2Vec CBOW per language on a domain's text (train + mono), in that domain's pieces (Sato et al.)."""
+
+    window: int = 5
+    epochs: int = 5
+    min_count: int = 1  # gensim's smallest; Sato et al. keep every token
+    negative: int = 5
+    threads: int = 1  # 1: the same vectors on every run
+    seed: int = 1
+
+
+@dataclass
 class Pretrain:
     external_model: str = ""  # a Marian/OPUS-MT directory to use instead of training one
+    init: Literal["random", "cbow"] = "random"  # cbow: embedding rows start from CBOW vectors of the upstream
+    #                                             text in upstream pieces (Sato et al. 2020, §4.2)
+    cbow: Cbow = field(default_factory=Cbow)  # the CBOW run of `init: cbow`
     arch: Arch = field(default_factory=Arch)
     train: Training = field(default_factory=lambda: Training(max_updates=20000, warmup=4000, eval_every=2000))
 
@@ -181,18 +196,6 @@ class Finetune:
     train: Training = field(default_factory=lambda: Training(max_updates=2500, warmup=500, eval_every=250))
     train_pairs: int = 0  # every row fine-tunes on a fixed sample of N downstream pairs (the low-resource
     #                       regime; the same sample for every row and seed); 0: all; transfer.ROW.train_pairs overrides
-
-
-@dataclass
-class Cbow:
-    """gensim Word2Vec CBOW per language on downstream text (train + mono), in downstream pieces (Sato et al.)."""
-
-    window: int = 5
-    epochs: int = 5
-    min_count: int = 1  # gensim's smallest; Sato et al. keep every token
-    negative: int = 5
-    threads: int = 1  # 1: the same vectors on every run
-    seed: int = 1
 
 
 @dataclass

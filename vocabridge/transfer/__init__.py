@@ -22,13 +22,13 @@ from types import SimpleNamespace
 import numpy as np
 from transformers import MarianMTModel
 
+from vocabridge.cbow import load_vectors
 from vocabridge.config import Diagnostics, TransferMethod
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.fileio import sha256_file
 from vocabridge.nmt.model import build_model, load_model
 from vocabridge.nmt.vocab import Vocab, pair_vocabs
-from vocabridge.transfer.cbow import load_vectors
 from vocabridge.transfer.diagnostics import leave_one_out, neighbours
 from vocabridge.transfer.focus_ref import build as focus_reference
 from vocabridge.transfer.generator import load_generator
