@@ -3,8 +3,9 @@
 Paired bootstrap resampling (sacrebleu) of each method against the baseline (ft-srcv) and the other references
 (`report.also_against`) happens here, where all hypotheses are at hand, and so does the two-level bootstrap over
 seeds and sentences of each group of seed replicas (vocabridge.significance); so do the learning-curve summaries
-(area under the dev BLEU curve, updates to a threshold) and the rank correlation of the pre-fine-tuning
-diagnostics with the final BLEU.
+(area under the dev BLEU curve, updates to a threshold), the rank correlation of the pre-fine-tuning
+diagnostics with the final BLEU, and the papers' own tables (Sato et al. Table 3, Liu et al. Table 2) with our
+rows beside them and each published ordering tested over seeds and sentences.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from vocabridge.errors import InputError
 from vocabridge.evaluate import paired_bootstrap
 from vocabridge.fileio import atomic_dir
 from vocabridge.report import (
+    PAPER_TABLES,
     bleu_plot,
     build_table,
     comparisons_table,
@@ -27,6 +29,8 @@ from vocabridge.report import (
     group_curves,
     learning_curves_plot,
     neighbours_markdown,
+    ordering_verdicts,
+    paper_layout,
     rank_correlations,
     seed_comparisons_table,
     seed_groups,
@@ -96,6 +100,7 @@ def main(argv: list[str]) -> None:
     seeds, seed_tests = seed_summary(params, keys, groups, hyps, refs, {row["method"]: row["bleu"] for row in rows},
                                      list(tests), {row["method"]: row["dev_bleu_auc"] for row in rows})
     grouped_curves = group_curves(curves, groups)
+    papers = paper_sections(params, groups, hyps, refs, seeds)
     text = "\n\n".join([
         to_markdown(table),
         f"## Paired comparisons (sacrebleu paired bootstrap, {cfg.bootstrap_samples} samples; p: of the null "
@@ -122,6 +127,12 @@ def main(argv: list[str]) -> None:
         f"seeds_for_{cfg.target_difference:g}: seeds a side needed to detect {cfg.target_difference:g} BLEU "
         f"(empty: not with 100 seeds, the test set's own noise is larger, or a side has one seed).\n\n"
         + to_markdown(seed_tests),
+        "## The papers' tables beside ours\n\nEach published row (BLEU as published, on the paper's data) with the "
+        "row of ours that runs it: mean test BLEU over its seeds and their spread. Below each table, every ordering "
+        "the paper reports, tested on our rows over seeds and sentences as above: holds (the interval excludes 0, "
+        "same sign), reversed (excludes 0, other sign), not decisive, one seed (not a finding) or not run.\n\n"
+        + "\n\n".join(f"### {paper.source.removeprefix('published: ')}\n\n" + to_markdown(layout) + "\n"
+                        + to_markdown(verdicts) for paper, layout, verdicts in papers),
     ])
     with atomic_dir(paths.REPORTS / "results") as tmp:
         table.to_csv(tmp / "report.csv", index=False)
@@ -129,11 +140,29 @@ def main(argv: list[str]) -> None:
         correlations.to_csv(tmp / "correlations.csv", index=False)
         seeds.to_csv(tmp / "seeds.csv", index=False)
         seed_tests.to_csv(tmp / "seed_comparisons.csv", index=False)
+        for paper, layout, verdicts in papers:
+            layout.to_csv(tmp / f"paper_{paper.key}.csv", index=False)
+            verdicts.to_csv(tmp / f"paper_{paper.key}_orderings.csv", index=False)
         (tmp / "report.md").write_text(text + neighbours_markdown(diagnostics), encoding="utf-8")
         bleu_plot(table, tmp / "bleu.png")
         grouped_curves.to_csv(tmp / "learning_curves.csv", index=False)
         learning_curves_plot(grouped_curves, threshold, tmp / "learning_curves.png")
     print(text)
+
+
+def paper_sections(params, groups: dict[str, list[str]], hyps: dict, refs: list[str], seeds: pd.DataFrame):
+    """Each paper's table with our rows beside it, and its published orderings tested over seeds and sentences."""
+    cfg = params.report
+    group_of = {member: label for label, members in groups.items() for member in members}
+
+    def compare(better: str, worse: str):
+        if better not in group_of or worse not in group_of:
+            return None
+        return seed_bootstrap([hyps[m] for m in groups[group_of[better]]],
+                              [hyps[m] for m in groups[group_of[worse]]], refs, cfg.bootstrap_samples, cfg.seed)
+
+    return [(paper, paper_layout(paper, seeds, group_of), ordering_verdicts(paper, compare))
+            for paper in PAPER_TABLES]
 
 
 def seed_summary(params, keys: dict[str, tuple], groups: dict[str, list[str]], hyps: dict, refs: list[str],

@@ -85,3 +85,34 @@ def test_seed_replicas_are_grouped_and_compared_over_seeds():
     # 2.8 * sqrt((0.36 + 0.16) / k + 0.04) <= 0.5 needs sqrt(...) <= 0.1786: 0.52 / k <= -0.008, never
     assert pd.isna(verdicts.loc["g", "seeds_for_0.5"]) and pd.isna(verdicts.loc["k", "detectable_5_seeds"])
     assert seed_comparisons_table(tests, 1.5).set_index("group").loc["g", "seeds_for_1.5"] == 3
+
+
+def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering():
+    from vocabridge.report import SATO_TABLE_3, ordering_verdicts, paper_layout
+    from vocabridge.significance import Comparison
+
+    seeds = pd.DataFrame([{"group": "va-llm", "seeds": 3, "bleu_mean": 10.2, "bleu_std": 0.6},
+                          {"group": "va-linear", "seeds": 3, "bleu_mean": 9.0, "bleu_std": 0.4},
+                          {"group": "ft-srcv", "seeds": 1, "bleu_mean": 8.9, "bleu_std": None}])
+    group_of = {"va-llm": "va-llm", "va-llm+s2": "va-llm", "va-linear": "va-linear", "ft-srcv": "ft-srcv"}
+    layout = paper_layout(SATO_TABLE_3, seeds, group_of).set_index("paper_row")
+    assert layout.loc["VA-LLM", "published_bleu"] == 26.40 and layout.loc["VA-LLM", "bleu_mean"] == 10.2
+    assert layout.loc["VA-LLM", "seeds"] == 3 and pd.isna(layout.loc["FT-tgtV", "bleu_mean"])  # not run here
+    assert list(layout.index)[:3] == ["Out-domain", "In-domain", "FT-srcV"]  # the paper's order
+
+    def comparison(delta, low, high, seeds=3):
+        return Comparison(delta=delta, ci_low=low, ci_high=high, p_value=0.01, seeds=seeds, reference_seeds=3,
+                          std_error=0.3, seed_std=0.5, reference_seed_std=0.5, sentence_variance=0.01)
+
+    found = {("va-llm", "va-linear"): comparison(1.2, 0.4, 2.0),
+             ("va-linear", "va-cbow"): comparison(-1.0, -1.8, -0.3),
+             ("va-llm", "ft-srcv"): comparison(1.3, 0.5, 2.1, seeds=1),
+             ("ft-srcv", "in-domain"): comparison(0.2, -0.5, 0.9)}
+    verdicts = ordering_verdicts(SATO_TABLE_3, lambda a, b: found.get((a, b))).set_index("ordering")
+    assert verdicts.loc["va-llm > va-linear", "verdict"] == "holds"
+    assert verdicts.loc["va-llm > va-linear", "published_delta"] == 1.2
+    assert verdicts.loc["va-linear > va-cbow", "verdict"] == "reversed"
+    assert verdicts.loc["va-llm > ft-srcv", "verdict"] == "one seed: not a finding"
+    assert verdicts.loc["ft-srcv > in-domain", "verdict"] == "not decisive"
+    assert verdicts.loc["ft-tgtv > ft-srcv", "verdict"] == "not run"
+    assert pd.isna(verdicts.loc["ft-tgtv > ft-srcv", "p_value"])

@@ -1,26 +1,54 @@
 """The results table across methods (pandas), the BLEU bar plot and the learning curves, with the papers'
-published rows (their names mapped to ours: Single-Run = in-domain, Pretrain-Finetune = ft-srcv, Random Init =
-ft-tgtv-random; ATT-EG + KD is not a row of ours)."""
+published rows, and the papers' own tables (Sato et al.'s Table 3, Liu et al.'s Table 2) with our rows beside
+them and a verdict on each ordering they report (their names mapped to ours in PaperTable: Single-Run =
+in-domain, Pretrain-Finetune = ft-srcv, Random Init = ft-tgtv-random-dec; ATT-EG + KD is not a row of ours)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from vocabridge.significance import Comparison
 
-# Sato et al. 2020, Table 3, De->En (IT -> Law), 100k in-domain pairs; BLEU as published.
-PUBLISHED = pd.DataFrame([
-    ("out-domain", 2.58), ("in-domain", 18.79), ("ft-srcv", 24.59), ("ft-tgtv", 24.87),
-    ("va-cbow", 21.88), ("va-linear", 25.20), ("va-llm", 26.40),
-], columns=["method", "bleu"]).assign(source="published: Sato et al. 2020, Table 3, De-En IT->Law, 100k")
-# Liu et al. 2021, Table 2, En->Zh, Thesis domain; every vocabulary transfer on the decoder side only.
-PUBLISHED = pd.concat([PUBLISHED, pd.DataFrame([
-    ("in-domain", 34.51), ("ft-srcv", 30.21), ("ft-tgtv-random", 36.33), ("va-cbow", 36.12), ("avg-eg", 37.03),
-    ("att-eg", 37.40), ("patt-eg", 37.72), ("patt-eg-kd", 37.90),
-], columns=["method", "bleu"]).assign(source="published: Liu et al. 2021, Table 2, En-Zh Thesis, decoder side")],
-    ignore_index=True)
+
+@dataclass(frozen=True)
+class PaperTable:
+    """A published results table: each row under the paper's name with the row of ours that runs it, and the
+    orderings the paper reports (better, worse), which our runs either reproduce or not."""
+
+    key: str  # file names: paper_KEY.csv
+    source: str
+    rows: tuple[tuple[str, str, float], ...]  # (the paper's row, our row, published BLEU)
+    orderings: tuple[tuple[str, str], ...]  # (our better row, our worse row) as the paper has them
+
+
+SATO_TABLE_3 = PaperTable(
+    "sato2020_table3", "published: Sato et al. 2020, Table 3, De-En IT->Law, 100k",
+    (("Out-domain", "out-domain", 2.58), ("In-domain", "in-domain", 18.79), ("FT-srcV", "ft-srcv", 24.59),
+     ("FT-tgtV", "ft-tgtv", 24.87), ("VA-CBoW", "va-cbow", 21.88), ("VA-Linear", "va-linear", 25.20),
+     ("VA-LLM", "va-llm", 26.40)),
+    (("ft-tgtv", "ft-srcv"), ("va-llm", "va-linear"), ("va-linear", "va-cbow"), ("va-llm", "ft-srcv"),
+     ("va-llm", "ft-tgtv"), ("ft-srcv", "in-domain")))
+# every vocabulary transfer of Liu et al.'s Table 2 is on the decoder side only: our `-dec` rows
+LIU_TABLE_2 = PaperTable(
+    "liu2021_table2", "published: Liu et al. 2021, Table 2, En-Zh Thesis, decoder side",
+    (("Single-Run", "in-domain", 34.51), ("Pretrain-Finetune", "ft-srcv", 30.21),
+     ("Downstream Vocab", "ft-tgtv", 31.70), ("Joint Vocab", "joint-vocab", 35.01), ("BPE-Drop", "bpe-drop", 32.41),
+     ("Random Init", "ft-tgtv-random-dec", 36.33), ("Word2Vec", "word2vec", 36.21),
+     ("Embedding Recon", "embedding-recon", 36.25), ("Independent Encoder", "independent-encoder", 34.77),
+     ("CBOW", "va-cbow-dec", 36.12), ("AVG-EG", "avg-eg", 37.03), ("ATT-EG", "att-eg", 37.40),
+     ("PATT-EG", "patt-eg", 37.72), ("PATT-EG + KD", "patt-eg-kd", 37.90)),
+    (("ft-tgtv-random-dec", "ft-srcv"), ("ft-tgtv-random-dec", "word2vec"), ("ft-tgtv-random-dec", "embedding-recon"),
+     ("avg-eg", "ft-tgtv-random-dec"), ("att-eg", "avg-eg"), ("patt-eg", "att-eg"), ("patt-eg-kd", "patt-eg"),
+     ("patt-eg-kd", "ft-tgtv-random-dec"), ("joint-vocab", "ft-tgtv"), ("in-domain", "ft-srcv")))
+PAPER_TABLES = (SATO_TABLE_3, LIU_TABLE_2)
+
+# The published rows beside ours in the main table, named as ours.
+PUBLISHED = pd.DataFrame([(ours, bleu, paper.source) for paper in PAPER_TABLES for _, ours, bleu in paper.rows],
+                         columns=["method", "bleu", "source"])
 
 COLUMNS = ["method", "bleu", "bleu_ci", "chrf", "ter", "delta_bleu", "p_value", "src_vocab", "tgt_vocab",
            "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "updates", "best_update",
@@ -214,3 +242,37 @@ def seed_comparisons_table(tests: dict[str, dict[str, Comparison]], target: floa
     columns = ["group", "against", "seeds", "reference_seeds", "delta", "ci_low", "ci_high", "p_value", "verdict",
                "detectable", "detectable_5_seeds", f"seeds_for_{target:g}"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def paper_layout(paper: PaperTable, seeds: pd.DataFrame, group_of: dict[str, str]) -> pd.DataFrame:
+    """The paper's table row by row with ours beside it: our mean test BLEU over the seeds of the row's group,
+    their spread and count (empty where the run has no such row)."""
+    by_group = seeds.set_index("group") if len(seeds) else pd.DataFrame()
+    out = []
+    for name, ours, published in paper.rows:
+        group = group_of.get(ours)
+        found = by_group.loc[group] if group is not None and group in by_group.index else None
+        out.append({"paper_row": name, "published_bleu": published, "our_row": ours,
+                    "seeds": None if found is None else int(found["seeds"]),
+                    "bleu_mean": None if found is None else found["bleu_mean"],
+                    "bleu_std": None if found is None else found["bleu_std"]})
+    return pd.DataFrame(out, columns=["paper_row", "published_bleu", "our_row", "seeds", "bleu_mean", "bleu_std"])
+
+
+def ordering_verdicts(paper: PaperTable, compare: Callable[[str, str], Comparison | None]) -> pd.DataFrame:
+    """One line per published ordering (better > worse): the published gap, ours with its 95% interval and p
+    over seeds and sentences (`compare(better, worse)`, None when a row was not run), and the verdict: holds
+    (decisive, same sign), reversed (decisive, other sign), not decisive, one seed, or not run."""
+    published = {ours: bleu for _, ours, bleu in paper.rows}
+    out = []
+    for better, worse in paper.orderings:
+        c = compare(better, worse)
+        verdict = ("not run" if c is None else "one seed: not a finding" if c.one_seed
+                   else ("holds" if c.delta > 0 else "reversed") if c.decisive else "not decisive")
+        out.append({"ordering": f"{better} > {worse}",
+                    "published_delta": round(published[better] - published[worse], 2),
+                    "delta": None if c is None else c.delta, "ci_low": None if c is None else c.ci_low,
+                    "ci_high": None if c is None else c.ci_high, "p_value": None if c is None else c.p_value,
+                    "seeds": None if c is None else f"{c.seeds}/{c.reference_seeds}", "verdict": verdict})
+    return pd.DataFrame(out, columns=["ordering", "published_delta", "delta", "ci_low", "ci_high", "p_value",
+                                      "seeds", "verdict"])
