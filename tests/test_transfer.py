@@ -14,13 +14,22 @@ from gensim.models import KeyedVectors
 from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
 
 from vocabridge.cbow import load_vectors, save_vectors
-from vocabridge.config import TransferMethod
+from vocabridge.config import Cbow, TransferMethod
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.nmt.model import build_model, load_model, save_model
 from vocabridge.nmt.vocab import Vocab
 from vocabridge.transfer import METHODS, Resources, generators_needed, get_method, knobs_for
 from vocabridge.transfer.diagnostics import leave_one_out
-from vocabridge.transfer.methods import anchors, cbow, linear, random_init
+from vocabridge.transfer.methods import (
+    anchors,
+    cbow,
+    char_ngrams,
+    embedding_recon,
+    independent,
+    linear,
+    random_init,
+    word2vec,
+)
 from vocabridge.transfer.plan import Side, greedy_pieces, lle_weights, procrustes, segment_like, sparsemax
 from vocabridge.transfer.swap import matrices, pair, swap_embeddings
 
@@ -164,6 +173,62 @@ def test_random_init_copies_shared_rows_and_draws_new_ones_at_the_pretrained_sca
     assert plan.shares()["random"] == pytest.approx(3000 / 3004, abs=1e-4)  # eos, unk, pad, ▁t5 and the new ones
 
 
+def test_independent_rows_reuse_nothing_but_the_special_tokens(side):
+    plan = independent(side, knobs(), np.random.default_rng(0))
+    rows = plan.apply(side.emb)
+    assert plan.shares()["copied"] == 0 and plan.shares()["special"] == pytest.approx(3 / 13, abs=1e-4)
+    assert not np.allclose(rows[NEW.index("▁a")], side.emb[OLD.index("▁a")])  # a shared token is new as well
+    np.testing.assert_array_equal(rows[NEW.index("</s>")], side.emb[OLD.index("</s>")])
+
+
+class Lines:
+    """A tokenizer whose pieces are the words of a line (SentencePiece's encode signature)."""
+
+    def encode(self, lines, out_type=str):
+        return [line.split() for line in lines]
+
+
+def test_word2vec_learns_new_rows_in_the_model_space_around_fixed_shared_rows(side):
+    # ▁x stands where ▁a stands, ▁y where ▁d stands: their learned rows lean towards those pretrained rows
+    text = ["▁b ▁c ▁a ▁e ▁f", "▁b ▁c ▁x ▁e ▁f", "▁g ▁h ▁d ▁e ▁b", "▁g ▁h ▁y ▁e ▁b"] * 100
+    texted = Side(side.name, OLD, NEW, side.emb, None, new_sp=Lines(), text=text)
+    plan = word2vec(texted, knobs(), np.random.default_rng(0), Cbow(epochs=30))
+    rows = plan.apply(side.emb)
+    for tok in SHARED:  # shared tokens keep their pretrained rows
+        np.testing.assert_array_equal(rows[NEW.index(tok)], side.emb[OLD.index(tok)])
+    assert plan.stats["anchors"] == 8 and plan.stats["learned"] == 2
+
+    def cos(u, v):
+        return float(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
+
+    x, y = rows[NEW.index("▁x")], rows[NEW.index("▁y")]
+    a, d = side.emb[OLD.index("▁a")], side.emb[OLD.index("▁d")]
+    assert cos(x, a) > cos(x, d) and cos(y, d) > cos(y, a)
+    again = word2vec(texted, knobs(), np.random.default_rng(0), Cbow(epochs=30)).apply(side.emb)
+    np.testing.assert_array_equal(rows, again)  # one thread: the same rows every time
+    with pytest.raises(InputError, match="text"):
+        word2vec(Side(side.name, OLD, NEW, side.emb), knobs(), np.random.default_rng(0))
+
+
+def test_char_ngrams_mark_the_word_start():
+    assert char_ngrams("▁abcd") == ["<ab", "abc", "bcd", "<abc", "abcd", "<abcd"]
+    assert char_ngrams("ab") == ["ab"]
+
+
+def test_embedding_recon_rebuilds_a_token_from_the_ngrams_it_shares_with_pretrained_ones():
+    rng = np.random.default_rng(0)
+    old = ["</s>", "<unk>", "▁abcdef", "▁uvwxyz", "▁klmnop", "ghij", "<pad>"]
+    new = ["</s>", "<unk>", "▁abcdefq", "▁zzzz", "<pad>"]  # ▁abcdefq: every seen n-gram is one of ▁abcdef's
+    emb = rng.normal(size=(len(old), 8)).astype(np.float32)
+    plan = embedding_recon(Side("decoder", old, new, emb), knobs(), np.random.default_rng(0))
+    rows = plan.apply(emb)
+    assert plan.stats["fit_relative_error"] < 0.05 and plan.stats["reconstructed"] == 1
+    target = emb[old.index("▁abcdef")]
+    got = rows[new.index("▁abcdefq")]
+    assert got @ target / np.linalg.norm(got) / np.linalg.norm(target) > 0.95
+    assert plan.kind[new.index("▁zzzz")] == "random"  # no n-gram seen: a counted random row
+
+
 def test_sparsemax_known_values():
     out = sparsemax(torch.tensor([[1.0, 0.5, -1.0], [1.0, 0.0, 0.0]]))
     np.testing.assert_allclose(out.numpy(), [[0.75, 0.25, 0.0], [1.0, 0.0, 0.0]], atol=1e-6)
@@ -295,7 +360,9 @@ def test_swap_keeps_the_model_and_reloads_with_transformers(tmp_path):
 
 
 @pytest.mark.parametrize(("method", "sides"), [(m, "both") for m in ("ft-tgtv-random", "va-cbow", "va-linear",
-                                                                      "va-llm", "fvt", "focus", "avg-eg", "fwet")]
+                                                                      "va-llm", "fvt", "focus", "avg-eg", "fwet",
+                                                                      "word2vec", "embedding-recon",
+                                                                      "independent-encoder")]
                          + [("va-llm", "decoder"), ("avg-eg", "decoder")])
 def test_every_method_builds_a_model_that_reloads(tmp_path, method, sides):
     de_lines = ["das haus ist gross", "das boot ist klein", "ein haus am see"] * 20

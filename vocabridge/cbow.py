@@ -34,7 +34,7 @@ class _Progress(CallbackAny2Vec):
         self.bar.close()
 
 
-def _stable_hash(text: str) -> int:
+def stable_hash(text: str) -> int:
     """gensim seeds each vector from hash(word + seed); Python's str hash changes per process."""
     return zlib.crc32(text.encode("utf-8"))
 
@@ -49,7 +49,7 @@ def train_cbow(lines: list[str], sp: spm.SentencePieceProcessor, dim: int, cfg, 
         raise InputError(f"cbow {name}: no text to train on")
     logging.getLogger("gensim").setLevel(logging.WARNING)
     model = Word2Vec(vector_size=dim, window=cfg.window, min_count=cfg.min_count, sg=0, negative=cfg.negative,
-                     workers=cfg.threads, seed=cfg.seed, hashfxn=_stable_hash)
+                     workers=cfg.threads, seed=cfg.seed, hashfxn=stable_hash)
     model.build_vocab(sentences)
     model.train(sentences, total_examples=len(sentences), epochs=cfg.epochs, callbacks=[_Progress(cfg.epochs, name)])
     return model.wv

@@ -32,7 +32,17 @@ from vocabridge.nmt.vocab import Vocab, pair_vocabs
 from vocabridge.transfer.diagnostics import leave_one_out, neighbours
 from vocabridge.transfer.focus_ref import build as focus_reference
 from vocabridge.transfer.generator import load_generator
-from vocabridge.transfer.methods import anchors, cbow, fwet, generated, linear, random_init
+from vocabridge.transfer.methods import (
+    anchors,
+    cbow,
+    embedding_recon,
+    fwet,
+    generated,
+    independent,
+    linear,
+    random_init,
+    word2vec,
+)
 from vocabridge.transfer.plan import Side
 from vocabridge.transfer.swap import matrices, pair, swap_embeddings
 
@@ -159,6 +169,10 @@ METHODS: dict[str, Method] = {
     "patt-eg-kd": Method(trained_generator("patt-kd"), defaults={"sides": "decoder"}, generator="patt-kd"),
     # no leave-one-out for fwet: the pretrained tokenizer still segments text into the hidden tokens
     "fwet": Method(adapted(fwet, check_loo=False)),
+    # the other initialisers of Liu et al.'s Table 2, decoder side as there
+    "word2vec": Method(adapted(word2vec), defaults={"sides": "decoder"}),
+    "embedding-recon": Method(adapted(embedding_recon), defaults={"sides": "decoder"}),
+    "independent-encoder": Method(adapted(independent), defaults={"sides": "decoder"}),
 }
 
 

@@ -10,7 +10,11 @@
   token's subwords and hyperwords in the pretrained vocabulary (morph.py, generator.py); avg needs no
   training, the others use the generator the generator stage pretrained (generator_training.py);
 - fwet (Duan & Zhao 2023, Algorithm 1): weights from co-segmentation counts of the new domain's text under
-  the new and the pretrained tokenizer.
+  the new and the pretrained tokenizer;
+- the other baselines of Liu et al.'s Table 2: word2vec (new rows learned by CBOW on the new domain's text
+  with the shared tokens' vectors held at their pretrained rows, so the new ones land in the model's space),
+  embedding_recon (Zhao et al. 2018: a bag-of-character-n-grams model fitted to reconstruct the pretrained
+  rows, applied to the new tokens) and independent (a new embedding layer: every row random, nothing reused).
 
 Knobs (`shared`, `k`, `reg`) come from params.yaml's `transfer.<method>`, with each method's defaults.
 """
@@ -22,13 +26,19 @@ from typing import Literal
 
 import numpy as np
 import torch
+from gensim.models import Word2Vec
 from scipy import sparse
 
+from vocabridge.cbow import stable_hash
+from vocabridge.config import Cbow
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.transfer.plan import (
+    BOUNDARY,
+    SPECIALS,
     Plan,
     PlanBuilder,
     Side,
+    is_filler,
     lle_weights,
     nearest,
     normalize,
@@ -203,3 +213,80 @@ def fwet(side: Side, knobs, rng: np.random.Generator) -> Plan:
     if ids:
         builder.combine(np.array(ids), np.array(pad), np.array(padw, dtype=np.float32))
     return builder.build(rng, counted=len(ids), weights=knobs.fwet_weights)
+
+
+def independent(side: Side, knobs, rng: np.random.Generator) -> Plan:
+    """A new embedding layer (Liu et al.'s Independent Encoder): every ordinary row random at the pretrained
+    scale, shared tokens too; only the special tokens keep their rows."""
+    builder = PlanBuilder(side, "reproject")
+    builder.random(builder.todo, rng)
+    return builder.build(rng)
+
+
+def word2vec(side: Side, knobs, rng: np.random.Generator, cfg=None) -> Plan:
+    """New rows from CBOW on the new domain's text in the new pieces, the shared tokens' input vectors fixed
+    at their pretrained rows (gensim's per-vector lock), so that the new vectors are learned in the model's
+    space; shared tokens then keep their pretrained rows (Liu et al.'s Word2Vec row)."""
+    cfg = cfg or Cbow()
+    if not side.text or side.new_sp is None:
+        raise InputError(f"word2vec ({side.name}): needs the new domain's text and tokenizer")
+    sentences = [s for s in side.new_sp.encode(side.text, out_type=str) if s]
+    model = Word2Vec(vector_size=side.emb.shape[1], window=cfg.window, min_count=cfg.min_count, sg=0,
+                     negative=cfg.negative, workers=cfg.threads, seed=cfg.seed, hashfxn=stable_hash)
+    model.build_vocab(sentences)
+    new_ids, old_ids = side.shared
+    fixed = [(model.wv.key_to_index[side.new_tokens[i]], j) for i, j in zip(new_ids.tolist(), old_ids.tolist(),
+                                                                          strict=True)
+             if side.new_tokens[i] in model.wv.key_to_index]
+    lock = np.ones(len(model.wv), dtype=np.float32)
+    for k, j in fixed:
+        model.wv.vectors[k] = side.emb[j]
+        lock[k] = 0.0
+    model.wv.vectors_lockf = lock
+    model.train(sentences, total_examples=len(sentences), epochs=cfg.epochs)
+    builder = PlanBuilder(side, "copy")
+    todo = [i for i in builder.todo.tolist() if side.new_tokens[i] in model.wv.key_to_index]
+    if todo:
+        builder.vector(np.array(todo), np.stack([model.wv[side.new_tokens[i]] for i in todo]).astype(np.float32))
+    return builder.build(rng, anchors=len(fixed), learned=len(todo))
+
+
+def char_ngrams(token: str, sizes: range = range(3, 7)) -> list[str]:
+    """Character n-grams of a piece (Zhao et al. 2018): `<` marks a word start (SentencePiece's marker); a
+    piece shorter than the smallest n is one n-gram of itself."""
+    text = ("<" + token[1:]) if token.startswith(BOUNDARY) else token
+    grams = [text[i:i + n] for n in sizes for i in range(len(text) - n + 1)]
+    return grams or [text]
+
+
+def embedding_recon(side: Side, knobs, rng: np.random.Generator, steps: int = 300, lr: float = 0.05) -> Plan:
+    """Zhao et al. 2018 (Liu et al.'s Embedding Recon): a row is the mean of its character n-grams' vectors,
+    fitted by Adam to reconstruct the pretrained ordinary rows (squared error); new tokens get the mean of
+    the vectors of their n-grams seen in training (none seen: a counted random row)."""
+    ordinary = [j for j, tok in enumerate(side.old_tokens) if tok not in SPECIALS and not is_filler(tok)]
+    vocab: dict[str, int] = {}
+    old_grams = [[vocab.setdefault(g, len(vocab)) for g in char_ngrams(side.old_tokens[j])] for j in ordinary]
+    generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    table = torch.nn.EmbeddingBag(len(vocab), side.emb.shape[1], mode="mean")
+    torch.nn.init.normal_(table.weight, std=float(side.emb[ordinary].std()), generator=generator)
+    flat = torch.tensor([g for grams in old_grams for g in grams])
+    offsets = torch.tensor([0, *np.cumsum([len(g) for g in old_grams])[:-1].tolist()])
+    target = torch.from_numpy(side.emb[ordinary]).float()
+    optimizer = torch.optim.Adam(table.parameters(), lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = ((table(flat, offsets) - target) ** 2).sum(1).mean()
+        loss.backward()
+        optimizer.step()
+    builder = PlanBuilder(side, knobs.shared)
+    ids, rows = [], []
+    with torch.no_grad():
+        for i in builder.todo.tolist():
+            known = [vocab[g] for g in char_ngrams(side.new_tokens[i]) if g in vocab]
+            if known:
+                ids.append(i)
+                rows.append(table.weight[known].mean(0).numpy())
+    if ids:
+        builder.vector(np.array(ids), np.stack(rows).astype(np.float32))
+    relative = float(loss.detach().sqrt() / max(float((target**2).sum(1).mean().sqrt()), 1e-12))
+    return builder.build(rng, ngrams=len(vocab), reconstructed=len(ids), fit_relative_error=round(relative, 4))
