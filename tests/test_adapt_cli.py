@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -61,6 +62,34 @@ def test_adapt_writes_a_model_that_transformers_loads(user_files):
     with torch.no_grad():
         generated = model.generate(**batch, max_new_tokens=4)
     assert generated.shape[0] == 1
+
+
+@pytest.mark.parametrize("method", ["fwet", "word2vec", "embedding-recon"])
+def test_adapt_offers_the_text_based_initialisers_too(user_files, method):
+    out = user_files / f"adapted-{method}"
+    proc = adapt("--model", str(user_files / "opus-mt"), "--src-text", str(user_files / "bible.de"),
+                 "--tgt-text", str(user_files / "bible.en"), "--out", str(out), "--method", method,
+                 "--vocab-size", "60")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    diagnostics = json.loads((out / "diagnostics.json").read_text())
+    assert diagnostics["method"] == method and diagnostics["sides"] == ["decoder", "encoder"]
+    if method != "embedding-recon":  # the IT pieces share no character n-gram with the verses' new pieces
+        assert diagnostics["decoder"]["rows"]["projected"] > 0  # rows made by the method, not all random
+    AutoModelForSeq2SeqLM.from_pretrained(out, use_safetensors=True)
+
+
+def test_adapt_offers_every_initialiser_that_needs_only_the_model_and_text():
+    from vocabridge.cli import adapt_methods
+
+    offered = adapt_methods()
+    assert {"va-llm", "fwet", "avg-eg", "word2vec", "embedding-recon", "independent-encoder", "fvt"} <= set(offered)
+    assert not {"att-eg", "focus-ref", "in-domain", "ft-srcv", "out-domain"} & set(offered)  # need more, or no rows
+    assert all(m.summary for m in offered.values())  # each has its line in `adapt --help`
+    proc = subprocess.run([sys.executable, "-m", "vocabridge.cli", "adapt", "--help"], capture_output=True,
+                          text=True, env=project_env())
+    assert proc.returncode == 0 and "fwet:" in proc.stdout
+    proc = adapt("--model", "m", "--tgt-text", "t", "--out", "never", "--method", "att-eg")  # needs a generator
+    assert proc.returncode == 2 and "invalid choice: 'att-eg'" in proc.stderr and not Path("never").exists()
 
 
 def test_adapt_bad_input_is_one_line_and_writes_nothing(user_files):

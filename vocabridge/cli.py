@@ -40,8 +40,11 @@ def set_profile(name: str, params: Path = Path("params.yaml"), profiles: Path = 
     return changed
 
 
-ADAPT_METHODS = ("va-llm", "va-linear", "va-cbow", "ft-tgtv-random", "fvt", "focus")
-NEEDS_CBOW = ("va-llm", "va-linear", "va-cbow", "focus")
+def adapt_methods() -> dict[str, object]:
+    """The methods `adapt` offers: every initialiser that needs no more than the user's model and text."""
+    from vocabridge.transfer import METHODS
+
+    return {name: m for name, m in METHODS.items() if m.adapts and not m.needs & {"generator", "corpus"}}
 
 
 def adapt(args: argparse.Namespace) -> dict:
@@ -54,6 +57,7 @@ def adapt(args: argparse.Namespace) -> dict:
     from vocabridge.transfer import Resources, get_method, knobs_for
 
     check_model_dir(args.model)
+    method = get_method(args.method)
     knobs = knobs_for(args.method, {args.method: TransferMethod(sides=args.sides, shared=args.shared, k=args.k,
                                                                  reg=args.reg)})
     roles = {"encoder": ("src", args.src_text), "decoder": ("tgt", args.tgt_text)}
@@ -71,7 +75,7 @@ def adapt(args: argparse.Namespace) -> dict:
             spm_files[role] = work / f"{role}.model"
             spm_cfg = SpmModel(vocab_size=args.vocab_size, hard_vocab_limit=False)  # at most vocab_size pieces
             spm_files[role].write_bytes(train_spm(lines, spm_cfg, args.seed, args.threads, f"adapt.{role}"))
-            if args.method in NEEDS_CBOW:
+            if "cbow" in method.needs:
                 import sentencepiece as spm
 
                 sp = spm.SentencePieceProcessor(model_file=str(spm_files[role]))
@@ -80,9 +84,10 @@ def adapt(args: argparse.Namespace) -> dict:
                 save_vectors(train_cbow(lines, sp, dim, cfg, role), cbow_files[role])
         for role in ("src", "tgt"):  # the side that is kept still needs a path; it is not read
             spm_files.setdefault(role, work / "unused.model")
+        text = {roles[side][0]: list(roles[side][1]) for side in adapted} if "text" in method.needs else {}
         res = Resources(pretrained=args.model, downstream_spm=spm_files, seed=args.seed, cbow=cbow_files, knobs=knobs,
-                        diagnostics=Diagnostics(probes=args.probes))
-        model, src, tgt, diagnostics = get_method(args.method).build(res)
+                        diagnostics=Diagnostics(probes=args.probes), text=text)
+        model, src, tgt, diagnostics = method.build(res)
         diagnostics |= {"method": args.method, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                         "pretrained": str(args.model)}
         with atomic_dir(args.out) as tmp:
@@ -162,11 +167,10 @@ def main(argv: list[str]) -> None:
     ad.add_argument("--tgt-text", type=Path, nargs="+", default=[],
                     help="in-domain target-language text, one sentence per line (needed to adapt the decoder)")
     ad.add_argument("--out", type=Path, required=True, help="where to write the adapted model directory")
-    ad.add_argument("--method", choices=ADAPT_METHODS, default="va-llm",
-                    help="va-llm: locally linear map of CBOW neighbours (Sato et al. 2020); va-linear: orthogonal "
-                         "map of CBOW vectors; va-cbow: CBOW vectors as they are; ft-tgtv-random: random rows for "
-                         "new tokens; fvt: mean of the old pieces; focus: sparsemax over shared tokens "
-                         "(default va-llm)")
+    offered = adapt_methods() if argv[:1] == ["adapt"] else {}  # the registry imports torch: only when adapting
+    ad.add_argument("--method", choices=list(offered) or None, default="va-llm", metavar="METHOD",
+                    help="how a new token's row is made: "
+                         + "; ".join(f"{name}: {m.summary}" for name, m in offered.items()) + " (default va-llm)")
     ad.add_argument("--sides", choices=("encoder", "decoder", "both"), default="both",
                     help="which vocabularies to replace (default both)")
     ad.add_argument("--shared", choices=("copy", "reproject"), default=None,

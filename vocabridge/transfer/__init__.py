@@ -65,13 +65,30 @@ class Resources:
 Built = tuple[MarianMTModel, Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
 
 
+NEEDS = frozenset({"cbow", "text", "corpus", "generator"})  # what a method may draw on beyond the pretrained model
+
+
 @dataclass(frozen=True)
 class Method:
+    """One row kind of the matrix: how its initial model is built and what that needs."""
+
     build: Callable[[Resources], Built]
+    summary: str = ""  # a new token's row, in a line (`vocabridge adapt --help`)
+    needs: frozenset[str] = frozenset()  # of NEEDS: the new domain's CBOW vectors, its training text, its corpus
+    #                                      folder, a generator the generator stage trained
     finetune: bool = True  # out-domain is evaluated as it is
     vocabulary: str = "downstream"  # whose vocabulary the model ends up with: upstream | downstream
     defaults: dict = field(default_factory=dict)  # knobs that differ from DEFAULT_KNOBS
     generator: str | None = None  # the generator variant (params' generator.variants) the method needs
+
+    def __post_init__(self):
+        if not self.needs <= NEEDS:
+            raise ValueError(f"Method.needs: unknown {sorted(self.needs - NEEDS)} (known: {sorted(NEEDS)})")
+
+    @property
+    def adapts(self) -> bool:
+        """Swaps in new vocabularies from the pretrained model's own (not a baseline that keeps or replaces it)."""
+        return isinstance(self.build, partial) and self.build.func in (adapt, with_generator)
 
 
 def keep_pretrained(res: Resources) -> Built:
@@ -148,31 +165,46 @@ DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_
                                fwet_weights="softmax")
 REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
 
+CBOW = frozenset({"cbow"})
+
 METHODS: dict[str, Method] = {
     "out-domain": Method(keep_pretrained, finetune=False, vocabulary="upstream"),
     "in-domain": Method(from_scratch),
     "ft-srcv": Method(keep_pretrained, vocabulary="upstream"),
-    "ft-tgtv-random": Method(adapted(random_init)),
-    "va-cbow": Method(adapted(cbow), defaults=REPROJECT),
-    "va-linear": Method(adapted(linear), defaults=REPROJECT),
-    "va-llm": Method(adapted(partial(anchors, select="knn", weighting="lle")), defaults=REPROJECT),
-    "focus": Method(adapted(partial(anchors, select="all", weighting="sparsemax"))),
+    "ft-tgtv-random": Method(adapted(random_init), "random, at the pretrained rows' per-dimension mean and spread "
+                             "(Aji et al. 2020)"),
+    "va-cbow": Method(adapted(cbow), "its CBOW vector as it is (Sato et al. 2020)", CBOW, defaults=REPROJECT),
+    "va-linear": Method(adapted(linear), "its CBOW vector under the orthogonal map fitted on shared tokens (Sato "
+                        "et al. 2020)", CBOW, defaults=REPROJECT),
+    "va-llm": Method(adapted(partial(anchors, select="knn", weighting="lle")), "locally linear combination of its "
+                     "k nearest shared tokens in CBOW space (Sato et al. 2020)", CBOW, defaults=REPROJECT),
+    "focus": Method(adapted(partial(anchors, select="all", weighting="sparsemax")), "sparsemax over its CBOW "
+                    "similarity to every shared token (FOCUS)", CBOW),
     # the FOCUS reference implementation itself (optional extra `focus`), its own fastText vectors
-    "focus-ref": Method(focus_reference),
+    "focus-ref": Method(focus_reference, "the FOCUS reference implementation", frozenset({"corpus"})),
     # no leave-one-out for fvt: the pretrained tokenizer still knows every hidden token
-    "fvt": Method(adapted(partial(anchors, select="pieces", weighting="mean"), check_loo=False)),
+    "fvt": Method(adapted(partial(anchors, select="pieces", weighting="mean"), check_loo=False),
+                  "mean of its pieces under the pretrained tokenizer (FVT)"),
     # Liu et al. 2021 adapt the decoder only; `transfer.avg-eg.sides: both` gives the both-sides row
-    "avg-eg": Method(adapted(generated), defaults={"sides": "decoder"}),
+    "avg-eg": Method(adapted(generated), "mean of Sm(w), its subwords and hyperwords in the pretrained vocabulary "
+                     "(Liu et al. 2021, Eq. 1)", defaults={"sides": "decoder"}),
     # the same with a generator pretrained by the generator stage (Eq. 2; Eq. 3; Eq. 3 trained with Ld, lambda 0.5)
-    "att-eg": Method(trained_generator("att"), defaults={"sides": "decoder"}, generator="att"),
-    "patt-eg": Method(trained_generator("patt"), defaults={"sides": "decoder"}, generator="patt"),
-    "patt-eg-kd": Method(trained_generator("patt-kd"), defaults={"sides": "decoder"}, generator="patt-kd"),
+    "att-eg": Method(trained_generator("att"), "attention over Sm(w) (Liu et al. 2021, Eq. 2)",
+                     frozenset({"generator"}), defaults={"sides": "decoder"}, generator="att"),
+    "patt-eg": Method(trained_generator("patt"), "attention over Sm(w) by morphological relation (Eq. 3)",
+                      frozenset({"generator"}), defaults={"sides": "decoder"}, generator="patt"),
+    "patt-eg-kd": Method(trained_generator("patt-kd"), "patt-eg trained with hidden-state distillation (Eq. 5)",
+                         frozenset({"generator"}), defaults={"sides": "decoder"}, generator="patt-kd"),
     # no leave-one-out for fwet: the pretrained tokenizer still segments text into the hidden tokens
-    "fwet": Method(adapted(fwet, check_loo=False)),
+    "fwet": Method(adapted(fwet, check_loo=False), "softmax over its co-segmentation counts with pretrained tokens "
+                   "on the new text (Duan & Zhao 2023)", frozenset({"text"})),
     # the other initialisers of Liu et al.'s Table 2, decoder side as there
-    "word2vec": Method(adapted(word2vec), defaults={"sides": "decoder"}),
-    "embedding-recon": Method(adapted(embedding_recon), defaults={"sides": "decoder"}),
-    "independent-encoder": Method(adapted(independent), defaults={"sides": "decoder"}),
+    "word2vec": Method(adapted(word2vec), "CBOW on the new text around shared rows held at their pretrained values",
+                       frozenset({"text"}), defaults={"sides": "decoder"}),
+    "embedding-recon": Method(adapted(embedding_recon), "mean of its character n-grams' vectors fitted to the "
+                              "pretrained rows (Zhao et al. 2018)", defaults={"sides": "decoder"}),
+    "independent-encoder": Method(adapted(independent), "random, and every other row too: a new embedding layer",
+                                  defaults={"sides": "decoder"}),
 }
 
 
