@@ -16,6 +16,7 @@ from vocabridge.estimate import (
     TYPICAL_PIECES,
     Machine,
     _batch,
+    cbow_seconds,
     measure,
     stage_seconds,
     typical_pieces,
@@ -63,6 +64,10 @@ def test_training_stages_cost_updates_and_dev_evaluations(tmp_path):
     loss_pass = 400 * 11 / params.pretrain.train.batch_tokens * 0.5 / 3
     assert stage_seconds("pretrain", params, machine(), 2, tmp_path) == pytest.approx(
         start + 10 + 500 + 4 * (4 + loss_pass))
+    params.pretrain.init = "cbow"  # CBOW on the upstream text first: 283k lines of (12 + 11) / 2 pieces
+    assert stage_seconds("pretrain", params, machine(), 2, tmp_path) == pytest.approx(
+        start + 10 + 500 + 4 * (4 + loss_pass) + cbow_seconds(283_000 * 11.5, params.pretrain.cbow.epochs))
+    params.pretrain.init = "random"
     params.finetune.train.max_updates, params.finetune.train.eval_every = 100, 50
     params.finetune.train.dev_sentences = 200
     params.prepare.downstream.dev_size = 150  # fewer dev pairs than dev_sentences: all of them

@@ -44,6 +44,7 @@ PIECES_PER_WORD = 1.6  # the default corpora's 8k vocabularies: 1.3 (verses, Eng
 # source then fills about 97% of the token budget.
 SOURCE_MEAN_OVER_LONGEST = 0.87
 BUDGET_FILL = 0.97
+UPSTREAM_LINES = 283_000  # the default upstream corpus (Debian gettext catalogues, LibreOffice help)
 DVC_OVERHEAD = 2.5  # seconds `dvc repro --single-item` adds around a stage's command (hashing, lock)
 WARMUP_UPDATES = 2
 MEASUREMENT_LAYOUT = "2"  # bumped when what `measure` times changes: older cached figures are not reused
@@ -366,6 +367,12 @@ def _at(table: dict[int, float], threads: int) -> float:
     return table[min(table, key=lambda t: abs(t - threads))]
 
 
+def cbow_seconds(pieces: float, epochs: int) -> float:
+    """gensim CBOW on one thread, both languages: about 7 s per epoch per 1.6M pieces a language (the default's
+    downstream text: 50k lines of 32 pieces)."""
+    return 7 * epochs * pieces / (50000 * 32)
+
+
 def _count_lines(path: Path, default: int) -> int:
     if path.is_file():
         with path.open("rb") as handle:
@@ -414,12 +421,16 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
     if group == "mismatch":
         return start + 1
     if group == "cbow":
-        return start + 2 + 7 * params.cbow.epochs * size / 50000
+        return start + 2 + cbow_seconds(size * TYPICAL_PIECES["downstream"][1], params.cbow.epochs)
     if group == "pretrain":
         if params.pretrain.external_model:
             return start + 5
         cfg = params.pretrain.train
-        return start + 10 + _training(machine, "pretrain", "upstream", cfg, cfg.threads or threads, up_dev)
+        init = 0.0
+        if params.pretrain.init == "cbow":  # CBOW on the upstream text first, both languages
+            lines = _count_lines(corpora / "upstream" / f"train.{params.lang.src}", UPSTREAM_LINES)
+            init = cbow_seconds(lines * sum(TYPICAL_PIECES["upstream"]) / 2, params.pretrain.cbow.epochs)
+        return start + 10 + init + _training(machine, "pretrain", "upstream", cfg, cfg.threads or threads, up_dev)
     if group == "generator":
         variants = generators_needed(params.methods, params.transfer)
         per = params.generator.train.steps * _at(machine.train.get("generator", {0: 0.0}), threads)
