@@ -1,10 +1,11 @@
 """Stage generator: pretrain the embedding generators (Liu et al. 2021, §3.3) that the listed methods use.
 
-For each variant a method in `methods` needs (att-eg: att, patt-eg: patt, patt-eg-kd: patt-kd; none when no
-such method is listed) the pretrained model is frozen and only the generator (params.yaml
-`generator.variants.VARIANT`: att or patt, kd_lambda) trains on the upstream corpus. Writes
-data/models/generator/VARIANT.safetensors, the learning curves data/plots/generator.csv and
-data/metrics/generator.json. Interrupted runs resume from data/checkpoints/generator/VARIANT.
+For each variant a row in `methods` needs (att-eg: att, patt-eg: patt, patt-eg-kd: patt-kd; none when no
+such row is listed) the pretrained model is frozen and only the generator (params.yaml
+`generator.variants.VARIANT`: att or patt, kd_lambda) trains on the upstream corpus, re-segmenting the sides
+its rows adapt: VARIANT for decoder rows (Liu et al.'s), VARIANT-both for rows with `sides: both`. Writes
+data/models/generator/NAME.safetensors, the learning curves data/plots/generator.csv and
+data/metrics/generator.json. Interrupted runs resume from data/checkpoints/generator/NAME.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def main(argv: list[str]) -> None:
     params = paths.stage_args(__doc__, argv)
     needed = generators_needed(params.methods, params.transfer)
     for name in needed:
-        if name not in params.generator.variants:
-            raise ConfigError(f"params.yaml: generator.variants: no variant '{name}' "
+        if name.removesuffix("-both") not in params.generator.variants:
+            raise ConfigError(f"params.yaml: generator.variants: no variant '{name.removesuffix('-both')}' "
                               f"(known: {sorted(params.generator.variants)})")
     results, states = {}, {}
     with atomic_dir(paths.GENERATORS) as tmp:
@@ -42,7 +43,9 @@ def main(argv: list[str]) -> None:
 
 
 def train_variant(params, name: str, out):
-    cfg, lang, variant = params.generator, params.lang, params.generator.variants[name]
+    cfg, lang = params.generator, params.lang
+    base = name.removesuffix("-both")
+    variant, sides = cfg.variants[base], "both" if name != base else "decoder"
     model, src, tgt = load_model(paths.PRETRAINED, str(use_compute(params.compute)))
     corpus = paths.CORPORA / "upstream"
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
@@ -50,11 +53,12 @@ def train_variant(params, name: str, out):
     if not len(data):
         raise InputError(f"{corpus}: no training pair fits generator.train.max_len={cfg.train.max_len}")
     gen = Generator(variant.kind, model.config.d_model, cfg.train.patt_scale)
-    fingerprint = fingerprint_of("generator", name, asdict(lang), asdict(cfg.train), asdict(cfg.resegment),
+    fingerprint = fingerprint_of("generator", name, sides, asdict(lang), asdict(cfg.train), asdict(cfg.resegment),
                                  asdict(variant), sha256_file(paths.PRETRAINED / "model.safetensors"),
                                  sha256_file(corpus / "stats.json"))
     trainer = GeneratorTrainer(model, src, tgt, data, gen, variant.kd_lambda, cfg.train, cfg.resegment,
-                               paths.CHECKPOINTS / "generator" / name, fingerprint, name=f"generator {name}")
+                               paths.CHECKPOINTS / "generator" / name, fingerprint, name=f"generator {name}",
+                               sides=sides)
     state = trainer.train()
     save_generator(gen, out, model_sha256=sha256_file(paths.PRETRAINED / "model.safetensors"))
     return state, summary(state, trainer) | {"train_pairs": len(data)}

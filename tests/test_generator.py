@@ -82,10 +82,10 @@ def setup():
     return model, src, tgt, Parallel.encode(DE, EN, src, tgt, max_len=60)
 
 
-def trainer(setup, tmp_path, kind="patt", kd=0.5, cfg=CFG):
+def trainer(setup, tmp_path, kind="patt", kd=0.5, cfg=CFG, sides="decoder"):
     model, src, tgt, data = setup
     return GeneratorTrainer(model, src, tgt, data, Generator(kind, ARCH.d_model), kd, cfg, Resegment(),
-                            tmp_path / "ckpt", {"test": 1})
+                            tmp_path / "ckpt", {"test": 1}, sides=sides)
 
 
 def test_extended_forward_equals_the_plain_model_and_the_model_is_frozen(setup, tmp_path):
@@ -123,15 +123,15 @@ def test_training_reduces_the_loss_and_only_the_generator_changes(setup, tmp_pat
 
 @pytest.mark.parametrize("sides", ["decoder", "both"])
 def test_interrupted_training_resumes_exactly(setup, tmp_path, sides):
-    cfg = replace(CFG, sides=sides)
-    whole = trainer(setup, tmp_path / "whole", cfg=cfg)
+    cfg = CFG
+    whole = trainer(setup, tmp_path / "whole", cfg=cfg, sides=sides)
     whole.train()
-    first = trainer(setup, tmp_path / "parts", cfg=replace(cfg, steps=4))
+    first = trainer(setup, tmp_path / "parts", cfg=replace(cfg, steps=4), sides=sides)
     first.train()
     assert {p.name for p in (tmp_path / "parts/ckpt/last").iterdir()} == {
         "model.safetensors", "optimizer.safetensors", "state.json"}  # vocabridge/nmt/checkpoint.py's layout
     assert not list((tmp_path / "parts/ckpt/last").glob("*.pt")) and not list((tmp_path / "parts").rglob("*.bin"))
-    second = trainer(setup, tmp_path / "parts", cfg=cfg)  # a fresh process would start like this
+    second = trainer(setup, tmp_path / "parts", cfg=cfg, sides=sides)  # a fresh process would start like this
     state = second.train()
     assert state.step == 8 and second.state.log == whole.state.log
     assert torch.equal(second.gen.w, whole.gen.w)
@@ -162,6 +162,7 @@ def test_trained_generator_methods_load_the_stage_output(setup, tmp_path, method
     with pytest.raises(InputError, match="run `dvc repro generator`"):
         METHODS[method].build(res)
     variant = {"att-eg": "att", "patt-eg": "patt", "patt-eg-kd": "patt-kd"}[method]
+    variant += "-both" if sides == "both" else ""  # a row on both sides uses the generator trained on both
     gen = Generator("att" if method == "att-eg" else "patt", ARCH.d_model)
     torch.nn.init.normal_(gen.w)
     (tmp_path / "gen").mkdir()

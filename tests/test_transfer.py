@@ -291,7 +291,8 @@ def test_named_rows_run_a_method_with_their_own_knobs():
     assert both.method == "patt-eg-kd" and both.sides == "both" and both.max_members == 10
     assert knobs_for("patt-eg-kd", rows).sides == "decoder"  # the method's own row keeps its defaults
     assert get_method("patt-eg-kd-both", rows) is METHODS["patt-eg-kd"]
-    assert generators_needed(["va-llm", "patt-eg-kd-both"], rows) == ["patt-kd"]
+    assert generators_needed(["va-llm", "patt-eg-kd-both"], rows) == ["patt-kd-both"]
+    assert generators_needed(["patt-eg-kd", "patt-eg-kd-both", "att-eg"], rows) == ["att", "patt-kd", "patt-kd-both"]
     with pytest.raises(ConfigError, match="methods: unknown method 'patt-eg-both'"):
         get_method("patt-eg-both", rows)
     with pytest.raises(ConfigError, match="transfer.x.method: unknown method 'patt'"):

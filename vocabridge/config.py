@@ -235,7 +235,6 @@ class Resegment:
 class GeneratorTraining:
     """Generator pretraining on the upstream corpus, the pretrained model frozen (only G's parameters train)."""
 
-    sides: Literal["decoder", "both"] = "decoder"  # decoder: the paper's; both: the source side too
     steps: int = 200  # Adam updates
     batch_tokens: int = 3000  # padded tokens of the longer side per batch
     lr: float = 0.01

@@ -152,7 +152,7 @@ def with_generator(res: Resources, variant: str) -> Built:
     if res.generator is None:
         raise InputError("this method needs a trained embedding generator; run `dvc repro generator`")
     dim = json.loads((res.pretrained / "config.json").read_text(encoding="utf-8"))["d_model"]
-    gen = load_generator(res.generator / f"{variant}.safetensors", dim,
+    gen = load_generator(res.generator / f"{generator_for(variant, res.knobs.sides)}.safetensors", dim,
                          model_sha256=sha256_file(res.pretrained / "model.safetensors"))
     return adapt(res, partial(generated, generator=gen))
 
@@ -229,9 +229,17 @@ def row_group(name: str, given: dict[str, TransferMethod]) -> tuple:
     return tuple(sorted((k, v) for k, v in knobs.items() if k != "seed"))
 
 
+def generator_for(variant: str, sides: str) -> str:
+    """The trained generator a row uses: VARIANT for rows that adapt the decoder (trained re-segmenting the
+    target side, as Liu et al.), VARIANT-both for the others (trained re-segmenting both sides)."""
+    return variant if sides == "decoder" else f"{variant}-both"
+
+
 def generators_needed(methods: list[str], rows: dict[str, TransferMethod] | None = None) -> list[str]:
-    """The generator variants that the listed methods use (the generator stage trains only these)."""
-    return sorted({get_method(m, rows).generator for m in methods} - {None})
+    """The generators that the listed rows use (the generator stage trains only these)."""
+    rows = rows or {}
+    return sorted({generator_for(get_method(m, rows).generator, knobs_for(m, rows).sides) for m in methods
+                   if get_method(m, rows).generator})
 
 
 def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:

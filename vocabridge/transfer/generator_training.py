@@ -4,9 +4,9 @@ Each batch of the upstream corpus is re-segmented at random (`resegment`: long w
 pretrained vocabulary lacks, pieces of a word merged), so that "unseen" tokens appear. For one step they are
 appended to the model's vocabulary: row G(w) from the pretrained rows of their Sm(w) (morph.py), in the tied
 decoder input/output embedding, and in final_logits_bias with the same weights over the members' entries
-(as transfer applies a Plan). With `sides: both` the source side is re-segmented too and the encoder embedding
-extended. Only the generator's parameters train (Adam); the model stays in eval mode (no dropout), its
-parameters frozen. The loss is Eq. 5:
+(as transfer applies a Plan). With `sides="both"` (the generator of rows that adapt both sides) the source side
+is re-segmented too and the encoder embedding extended. Only the generator's parameters train (Adam); the
+model stays in eval mode (no dropout), its parameters frozen. The loss is Eq. 5:
 
     L = Lp(s') + lambda * Ld(s, s'),
 
@@ -287,10 +287,10 @@ class State:
 class GeneratorTrainer:
     def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, gen: Generator,
                  kd_lambda: float, cfg: GeneratorTraining, reseg: Resegment, ckpt_dir: Path, fingerprint: dict,
-                 name: str = "generator"):
+                 name: str = "generator", sides: str = "decoder"):
         if gen.kind == "avg":
             raise InputError("the avg generator has nothing to train")
-        self.model, self.data, self.gen, self.kd_lambda = model, data, gen, kd_lambda
+        self.model, self.data, self.gen, self.kd_lambda, self.sides = model, data, gen, kd_lambda, sides
         self.cfg, self.reseg, self.ckpt_dir, self.fingerprint, self.name = cfg, reseg, Path(ckpt_dir), fingerprint, name
         self.device = next(model.parameters()).device
         model.eval()  # no dropout
@@ -330,7 +330,7 @@ class GeneratorTrainer:
         b = {f.name: getattr(batch, f.name).to(dev) for f in fields(batch)
              if isinstance(getattr(batch, f.name), torch.Tensor)}
         enc_rows = None
-        if self.cfg.sides == "both" and batch.unseen["encoder"]:
+        if self.sides == "both" and batch.unseen["encoder"]:
             enc_rows, _ = self._rows(self.src, batch.unseen["encoder"], "encoder")
         dec = (None, None, None)
         if batch.unseen["decoder"]:
@@ -342,7 +342,7 @@ class GeneratorTrainer:
         logits, h_new, _ = forward_extended(
             self.model, b["new_input_ids"], b["new_attention_mask"], b["new_decoder_input_ids"], dec_rows=dec[0],
             out_rows=dec[1], bias_rows=dec[2], enc_rows=enc_rows,
-            encoder_hidden=enc_old if self.cfg.sides == "decoder" else None)
+            encoder_hidden=enc_old if self.sides == "decoder" else None)
         lp = F.cross_entropy(logits.reshape(-1, logits.size(-1)), b["new_labels"].reshape(-1), ignore_index=-100,
                              label_smoothing=self.cfg.label_smoothing)
         diff = word_means(h_old, b["word"], batch.words) - word_means(h_new, b["new_word"], batch.words)
@@ -351,7 +351,7 @@ class GeneratorTrainer:
 
     def batch(self, idx: np.ndarray, step: int) -> Batch:
         rng = np.random.default_rng([self.cfg.seed, step])  # the re-segmentation of step `step`, whenever it runs
-        return make_batch(self.data, idx, self.src, self.tgt, self.reseg, self.cfg.sides, rng,
+        return make_batch(self.data, idx, self.src, self.tgt, self.reseg, self.sides, rng,
                           self.model.config.max_position_embeddings)
 
     def train(self) -> State:
@@ -409,7 +409,7 @@ def summary(state: State, trainer: GeneratorTrainer) -> dict:
     last = state.log[-1] if state.log else {}
     return {
         "steps": state.step, "loss": last.get("loss"), "lp": last.get("lp"), "ld": last.get("ld"),
-        "kind": trainer.gen.kind, "kd_lambda": trainer.kd_lambda, "sides": trainer.cfg.sides,
+        "kind": trainer.gen.kind, "kd_lambda": trainer.kd_lambda, "sides": trainer.sides,
         "target_tokens_seen": state.target_tokens, "train_seconds": round(state.seconds, 1),
         "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
         "unseen_per_step": round(state.unseen / max(state.step, 1), 1),
