@@ -1,6 +1,6 @@
 """Decoding speed: transformers' generate (what evaluate uses) vs CTranslate2, same model, same beam.
 
-    python benchmarks/decode_speed.py [--model data/models/pretrained] [--corpus upstream] [--sentences 500]
+    python benchmarks/decode_speed.py [--model data/models/upstream/base] [--corpus upstream] [--sentences 500]
                                       [--threads N] [--repeat N]
 
 Prints sentences/s of each on the test set, the ratio, both BLEU scores and how many outputs are identical
@@ -26,7 +26,7 @@ from vocabridge.nmt.translate import translate
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, default=Path("data/models/pretrained"))
+    parser.add_argument("--model", type=Path, default=Path("data/models/upstream/base"))
     parser.add_argument("--corpus", default="upstream", help="data/corpora/CORPUS/test.* is translated")
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--threads", type=int, help="CPU threads of each decoder (default: compute.threads)")

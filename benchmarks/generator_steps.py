@@ -50,7 +50,7 @@ def main() -> None:
     lang, cfg = params.lang, params.generator
     variant = cfg.variants[args.variant]
     data_dir = Path("data")
-    pretrained, corpus = data_dir / "models/pretrained", data_dir / "corpora/upstream"
+    pretrained, corpus = data_dir / "models/upstream/base", data_dir / "corpora/upstream"
     model, src, tgt = load_model(pretrained, "cpu")
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
                            src, tgt, cfg.train.max_len)

@@ -3,7 +3,7 @@
     python benchmarks/thread_layout.py                 # 40 updates each, after 5 warm-up updates
     python benchmarks/thread_layout.py --updates 80 --cores 2
 
-Each worker is a separate process that fine-tunes the pipeline's pretrained model (data/models/pretrained, run
+Each worker is a separate process that fine-tunes the pipeline's pretrained model (data/models/upstream/base, run
 `dvc repro pretrain` first) on the downstream training set with the default profile's `finetune.train`
 settings (batches, bf16, Adam) with train_throughput.py's timed loop of vocabridge/nmt/train.py's step, and
 reports its target tokens/s.
@@ -35,7 +35,7 @@ def worker(threads: int, updates: int, warm: int) -> dict:
     torch.set_num_threads(threads)
     params = load_params()
     cfg, lang = params.finetune.train, params.lang
-    model, src, tgt = load_model(Path("data/models/pretrained"), "cpu")
+    model, src, tgt = load_model(Path("data/models/upstream/base"), "cpu")
     corpus = Path("data/corpora/downstream")
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
                            src, tgt, cfg.max_len)

@@ -4,7 +4,8 @@ from pathlib import Path
 
 CORPORA = Path("data/corpora")
 SPM = Path("data/spm")
-PRETRAINED = Path("data/models/pretrained")
+UPSTREAMS = Path("data/models/upstream")  # the upstream models: `base` (the pretrain stage) and `upstreams`
+PRETRAINED = UPSTREAMS / "base"
 CBOW = Path("data/cbow")
 GENERATORS = Path("data/models/generator")  # one trained embedding generator per variant
 CHECKPOINTS = Path("data/checkpoints")
@@ -12,6 +13,10 @@ PLOTS = Path("data/plots")
 METRICS = Path("data/metrics")
 REPORTS = Path("data/reports")
 DIAGNOSTICS = Path("data/diagnostics")
+
+
+def upstream(name: str) -> Path:
+    return UPSTREAMS / name
 
 
 def init_model(method: str) -> Path:

@@ -1,9 +1,12 @@
-"""Stage pretrain: train the upstream (IT) model, or take the user's Marian/OPUS-MT model instead.
+"""Stages pretrain and upstream@NAME: train an upstream (IT) model, or take the user's Marian/OPUS-MT model instead.
 
+`pretrain` trains the base model every row starts from unless it names another: data/models/upstream/base.
 With `pretrain.init: cbow` the embedding rows start from CBOW vectors of the upstream text in upstream pieces
-(Sato et al. 2020, §4.2) instead of random ones. Writes data/models/pretrained (a Marian directory),
-data/plots/pretrain/*.csv and data/metrics/pretrain.json.
-Interrupted runs resume from data/checkpoints/pretrain.
+(Sato et al. 2020, §4.2) instead of random ones. `upstream NAME` trains `upstreams.NAME` with the same recipe
+(corpus, architecture, training, init) but its own vocabulary (the downstream one, or one trained on both domains'
+text) or sampled segmentations: the baselines that adapt the vocabulary before pretraining (ft-tgtv, joint-vocab,
+bpe-drop). Writes the model directory (data/models/upstream/NAME), data/plots/{pretrain,upstream/NAME}/*.csv and
+data/metrics/{pretrain,upstream/NAME}.json. Interrupted runs resume from data/checkpoints/{pretrain,upstream/NAME}.
 """
 
 from __future__ import annotations
@@ -14,44 +17,70 @@ from pathlib import Path
 
 from stages import _paths as paths
 from vocabridge.cbow import domain_text, initialise_embeddings
-from vocabridge.config import load_params
+from vocabridge.config import UpstreamModel, load_params
 from vocabridge.entry import run
+from vocabridge.errors import ConfigError
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.model import build_model, copy_model_dir, save_model
 from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.nmt.vocab import pair_vocabs
+from vocabridge.tokenizers import train_spm
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("name", nargs="?", default="base", help="an entry of params.yaml's `upstreams` (default: "
+                        "the base model of the `pretrain` section)")
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
     params = load_params(args.params)
-    cfg, lang = params.pretrain, params.lang
+    cfg, lang, name = params.pretrain, params.lang, args.name
+    if name != "base" and name not in params.upstreams:
+        raise ConfigError(f"params.yaml: upstreams: no entry '{name}' (entries: {sorted(params.upstreams)})")
+    spec = params.upstreams.get(name, UpstreamModel())
+    base = name == "base"
+    out = paths.upstream(name)
+    logs = paths.PLOTS / ("pretrain" if base else f"upstream/{name}")
+    metrics = paths.METRICS / ("pretrain.json" if base else f"upstream/{name}.json")
+    checkpoints = paths.CHECKPOINTS / ("pretrain" if base else f"upstream/{name}")
     if cfg.external_model:
-        with atomic_dir(paths.PRETRAINED) as tmp:
+        with atomic_dir(out) as tmp:
             copy_model_dir(Path(cfg.external_model), tmp)
-        write_logs(State(), paths.PLOTS / "pretrain")
-        write_json(paths.METRICS / "pretrain.json", {"external_model": cfg.external_model})
+        write_logs(State(), logs)
+        write_json(metrics, {"external_model": cfg.external_model})
         return
-    src, tgt = pair_vocabs(paths.SPM / "upstream" / f"{lang.src}.model", paths.SPM / "upstream" / f"{lang.tgt}.model")
-    model = build_model(cfg.arch, src, tgt, cfg.train.seed)
     corpus = paths.CORPORA / "upstream"
-    init = {"init": cfg.init}
+    src, tgt = pair_vocabs(*vocabularies(spec, params, name))
+    model = build_model(cfg.arch, src, tgt, cfg.train.seed)
+    init = {"init": cfg.init, "vocab": spec.vocab, "sampling_alpha": spec.sampling_alpha}
     if cfg.init == "cbow":
         texts = {"src": domain_text(corpus, lang.src), "tgt": domain_text(corpus, lang.tgt)}
         init["init_rows"] = initialise_embeddings(model, {"src": src, "tgt": tgt}, texts, cfg.cbow)
     model = model.to(use_compute(params.compute))
-    fingerprint = fingerprint_of("pretrain", asdict(lang), asdict(cfg),
-                                 sha256_file(corpus / "stats.json"), src.to_json(), tgt.to_json())
-    state, summary = fit(model, src, tgt, corpus, lang, cfg.train, paths.CHECKPOINTS / "pretrain", fingerprint,
-                         "pretrain")
-    with atomic_dir(paths.PRETRAINED) as tmp:
+    fingerprint = fingerprint_of("pretrain", asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
+                                 src.to_json(), tgt.to_json(), *([] if base else [asdict(spec)]))
+    state, summary = fit(model, src, tgt, corpus, lang, cfg.train, checkpoints, fingerprint,
+                         "pretrain" if base else f"upstream {name}", spec.sampling_alpha)
+    with atomic_dir(out) as tmp:
         save_model(model.cpu(), src, tgt, tmp)
-    write_logs(state, paths.PLOTS / "pretrain")
-    write_json(paths.METRICS / "pretrain.json",
-               summary | init | {"parameters": sum(p.numel() for p in model.parameters())})
+    write_logs(state, logs)
+    write_json(metrics, summary | init | {"parameters": sum(p.numel() for p in model.parameters())})
     print(summary)
+
+
+def vocabularies(spec: UpstreamModel, params, name: str) -> tuple[bytes | Path, bytes | Path]:
+    """The SentencePiece models (source, target) the upstream model is trained with."""
+    lang = params.lang
+    if spec.vocab in ("upstream", "downstream"):
+        folder = paths.SPM / spec.vocab
+        return folder / f"{lang.src}.model", folder / f"{lang.tgt}.model"
+    # joint: one model per language on both domains' text (train + mono), at the upstream vocabulary's size
+    models = []
+    for code in (lang.src, lang.tgt):
+        text = [line for domain in ("upstream", "downstream") for line in domain_text(paths.CORPORA / domain, code)]
+        models.append(train_spm(text, getattr(params.spm.upstream, code), params.spm.seed, params.spm.threads,
+                                f"upstreams.{name} ({code})"))
+    return models[0], models[1]
 
 
 if __name__ == "__main__":

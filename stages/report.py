@@ -38,7 +38,7 @@ from vocabridge.report import (
     to_markdown,
 )
 from vocabridge.significance import seed_bootstrap
-from vocabridge.transfer import get_method, row_group
+from vocabridge.transfer import get_method, knobs_for, row_group
 
 
 def _read(path, stage: str) -> dict:
@@ -60,7 +60,8 @@ def main(argv: list[str]) -> None:
         metrics = json.loads((folder / "metrics.json").read_text())
         tuning = json.loads((paths.METRICS / "finetune" / f"{method}.json").read_text())
         hyps[method] = (folder / "hyp.txt").read_text(encoding="utf-8").split("\n")[:-1]  # lines may be empty
-        adapted = get_method(method, params.transfer).vocabulary == "downstream"
+        adapted = (get_method(method, params.transfer).vocabulary == "downstream"  # new tokens on the base model
+                   and knobs_for(method, params.transfer).upstream == "base")
         zero = _read(paths.METRICS / "transfer" / f"{method}.json", f"transfer@{method}")
         diagnostics[method] = _read(paths.DIAGNOSTICS / f"{method}.json", f"transfer@{method}")
         curve_file = paths.PLOTS / "finetune" / method / "dev_bleu.csv"

@@ -29,7 +29,11 @@ def main(argv: list[str]) -> None:
         if knobs.train_pairs > available:
             raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: {knobs.train_pairs} is more than the "
                               f"{available} training pairs of {corpus}")
-    res = Resources(pretrained=paths.PRETRAINED,
+    if knobs.upstream != "base" and knobs.upstream not in params.upstreams:
+        known = ", ".join(["base", *sorted(params.upstreams)])
+        raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}' is not an upstream model; add "
+                          f"upstreams.{knobs.upstream} (upstream models: {known})")
+    res = Resources(pretrained=paths.upstream(knobs.upstream),
                     downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
                                     "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},
                     seed=params.finetune.train.seed if knobs.seed is None else knobs.seed,

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from tests.conftest import ROOT
@@ -59,3 +61,13 @@ def test_set_profile_merges_keeps_comments_and_validates(tmp_path):
     with pytest.raises(ConfigError, match="no such profile"):
         set_profile("nope", params, profiles)
     assert params.read_text() == before  # nothing written on error
+
+
+def test_upstream_models_are_checked(tmp_path):
+    for entry, message in (("base: {vocab: downstream}", "upstreams.base: a name of letters"),
+                           ("bpe-drop: {sampling_alpha: 1.5}", "upstreams.bpe-drop.sampling_alpha: must be in [0, 1)"),
+                           ("ft-tgtv: {vocab: target}", "upstreams.ft-tgtv.vocab")):
+        path = tmp_path / "params.yaml"
+        path.write_text(f"upstreams:\n  {entry}\n")
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_params(path)

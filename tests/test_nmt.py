@@ -140,6 +140,49 @@ def test_resume_continues_exactly_where_the_checkpoint_left_off(tmp_path, vocabs
     assert not other._resume()  # another configuration never resumes a foreign checkpoint
 
 
+def same_ids(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_sampled_segmentations_are_the_same_text_reproducible_per_seed(vocabs):
+    src, _ = vocabs
+    plain, a, b, c = (src.encode(DE[:50]), src.encode(DE[:50], 0.3, 7), src.encode(DE[:50], 0.3, 7),
+                      src.encode(DE[:50], 0.3, 8))
+    assert same_ids(a, b) and not same_ids(a, c) and not same_ids(a, plain)
+    assert [src.decode(ids) for ids in a] == DE[:50]  # other pieces, the same text
+    assert same_ids(src.encode(DE[:50], 0.0, 7), plain)
+
+
+def test_training_on_sampled_segmentations_resumes_exactly(tmp_path, vocabs):
+    """BPE-Drop's subword regularisation: every epoch its own segmentation, drawn from the epoch, so that a run
+    resumed from a checkpoint in a later epoch trains on the same pieces as the run that never stopped."""
+    def resample(epoch: int) -> Parallel:
+        return Parallel.encode(DE, EN, *vocabs, max_len=64, alpha=0.3, seed=epoch * 2)
+
+    torch.set_num_threads(1)
+    epochs = []
+
+    def logged(epoch: int) -> Parallel:
+        epochs.append(epoch)
+        return resample(epoch)
+
+    dev, cfg = (DE[:10], EN[:10]), replace(TRAIN, batch_tokens=1500)  # a few batches an epoch
+    full_model = build_model(ARCH, *vocabs, seed=1)
+    full = Trainer(full_model, *vocabs, resample(0), dev, cfg, tmp_path / "full", {"cfg": "s"}, "full",
+                   logged).train()
+    assert full.epoch >= 1 and epochs[0] == 1  # epoch 1 drew its own segmentation (epoch 0's came in); the
+    #                                            crash below is in epoch 1, after the checkpoint that ended epoch 0
+    crashing = CrashingTrainer(build_model(ARCH, *vocabs, seed=1), *vocabs, resample(0), dev, cfg, tmp_path / "c",
+                               {"cfg": "s"}, "crash", resample)
+    with pytest.raises(Crash):
+        crashing.train()
+    model = build_model(ARCH, *vocabs, seed=99)
+    resumed = Trainer(model, *vocabs, resample(0), dev, cfg, tmp_path / "c", {"cfg": "s"}, "again", resample).train()
+    assert [r["loss"] for r in resumed.loss_log] == [r["loss"] for r in full.loss_log]
+    for (name, p), q in zip(full_model.state_dict().items(), model.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+
+
 def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path, vocabs, data):
     cfg = replace(TRAIN, max_updates=30, lr=1e12, warmup=1, clip_norm=1e30, checkpoint_every=1, eval_every=100)
     with pytest.raises(TrainingError, match=r"loss is (nan|inf).*last good checkpoint is .*last \(update \d+\)"):

@@ -58,7 +58,7 @@ def test_the_tiny_models_are_trained(tiny_project):
         assert (metrics["best_update"] == 0) == (method == "out-domain"), (method, metrics)
     # out-domain is the pretrained model, copied as it is
     assert sha256_file(tiny_project / "data/models/finetuned/out-domain/model.safetensors") == \
-        sha256_file(tiny_project / "data/models/pretrained/model.safetensors")
+        sha256_file(tiny_project / "data/models/upstream/base/model.safetensors")
     for row in ("ft-srcv", "va-llm"):
         init = load_file(tiny_project / f"data/models/init/{row}/model.safetensors")
         tuned = load_file(tiny_project / f"data/models/finetuned/{row}/model.safetensors")
@@ -118,7 +118,7 @@ def test_report_has_every_baseline_with_significance(tiny_project):
         assert len(hyps) == metrics["test_sentences"]
     from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
 
-    model_dir = tiny_project / "data/models/pretrained"
+    model_dir = tiny_project / "data/models/upstream/base"
     AutoModelForSeq2SeqLM.from_pretrained(model_dir)
     MarianTokenizer.from_pretrained(model_dir)
     curve = pd.read_csv(tiny_project / "data/plots/pretrain/dev_bleu.csv")
@@ -159,7 +159,8 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
     fwet = json.loads((tiny_project / "data/diagnostics/fwet.json").read_text())
     assert fwet["decoder"]["rows"]["projected"] > 0 and fwet["encoder"]["adapted"]
     cbow = json.loads((tiny_project / "data/cbow/stats.json").read_text())
-    assert cbow["de"]["dim"] == json.loads((tiny_project / "data/models/pretrained/config.json").read_text())["d_model"]
+    config = json.loads((tiny_project / "data/models/upstream/base/config.json").read_text())
+    assert cbow["de"]["dim"] == config["d_model"]
 
 
 @e2e
@@ -362,7 +363,7 @@ def test_killed_pretraining_resumes_from_its_last_checkpoint(tmp_path, download_
     child.wait()
     killed_at = json.loads(state.read_text())["state"]["step"]
     models = project / "data/models"
-    assert not (models / "pretrained").exists()
+    assert not (models / "upstream" / "base").exists()
     assert not list(models.glob(".*")), "a half-written model was left behind"  # also empty if models/ is absent
     proc = run(["python", "-m", "stages.pretrain"], project)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -371,7 +372,7 @@ def test_killed_pretraining_resumes_from_its_last_checkpoint(tmp_path, download_
     assert metrics["updates"] == 120
     from vocabridge.nmt.model import load_model
 
-    load_model(project / "data/models/pretrained")
+    load_model(project / "data/models/upstream/base")
 
 
 @e2e
@@ -387,15 +388,57 @@ def test_pretraining_can_start_from_cbow_rows(tiny_copy):
     params["pretrain"]["cbow"]["epochs"] = 1
     params["pretrain"]["train"].update(max_updates=20, eval_every=10)
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    random_rows = load_model(tiny_copy / "data/models/pretrained")[0].get_encoder().embed_tokens.weight
+    random_rows = load_model(tiny_copy / "data/models/upstream/base")[0].get_encoder().embed_tokens.weight
     proc = run(["dvc", "repro", "--single-item", "pretrain"], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     metrics = json.loads((tiny_copy / "data/metrics/pretrain.json").read_text())
     assert metrics["init"] == "cbow" and metrics["updates"] == 20 and metrics["best_update"] > 0
     for role in ("src", "tgt"):
         assert metrics["init_rows"][role]["cbow_rows"] > 0.5 * metrics["init_rows"][role]["rows"]
-    rows = load_model(tiny_copy / "data/models/pretrained")[0].get_encoder().embed_tokens.weight
+    rows = load_model(tiny_copy / "data/models/upstream/base")[0].get_encoder().embed_tokens.weight
     assert rows.shape == random_rows.shape and not torch.allclose(rows, random_rows)
+
+
+@e2e
+def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
+    """ft-tgtv, joint-vocab and bpe-drop: upstream@NAME pretrains the base recipe with the downstream vocabularies,
+    vocabularies trained on both domains' text, or sampled segmentations; each row fine-tunes its own model."""
+    import torch
+
+    from vocabridge.nmt.model import load_model
+
+    rows = ["ft-tgtv", "joint-vocab", "bpe-drop"]
+    params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
+    params["upstreams"] = {"ft-tgtv": {"vocab": "downstream"}, "joint-vocab": {"vocab": "joint"},
+                           "bpe-drop": {"sampling_alpha": 0.2}}
+    params["methods"] += [*rows, "typo"]
+    params["transfer"]["typo"] = {"method": "ft-srcv", "upstream": "ft-tgvt"}
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run(["dvc", "repro", *(f"finetune@{row}" for row in rows)], tiny_copy)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Running stage 'pretrain'" not in proc.stdout  # the base model is not retrained
+    base, base_src, base_tgt = load_model(tiny_copy / "data/models/upstream/base")
+    spm = {domain: {side: (tiny_copy / f"data/spm/{domain}/{code}.model").read_bytes()
+                    for side, code in (("src", "de"), ("tgt", "en"))} for domain in ("upstream", "downstream")}
+    for row in rows:
+        metrics = json.loads((tiny_copy / f"data/metrics/upstream/{row}.json").read_text())
+        assert metrics["updates"] == params["pretrain"]["train"]["max_updates"] and metrics["best_update"] > 0
+        model, src, tgt = load_model(tiny_copy / f"data/models/init/{row}")
+        assert model.config.d_model == base.config.d_model
+        vocab = {"src": src.spm_bytes, "tgt": tgt.spm_bytes}
+        if row == "ft-tgtv":
+            assert vocab == spm["downstream"]
+        elif row == "joint-vocab":
+            assert vocab["src"] not in (spm["upstream"]["src"], spm["downstream"]["src"])
+            assert vocab["tgt"] not in (spm["upstream"]["tgt"], spm["downstream"]["tgt"])
+        else:  # the base vocabulary, other pieces seen in training: other weights
+            assert vocab == spm["upstream"]
+            weights = model.get_encoder().embed_tokens.weight
+            assert not torch.allclose(weights, base.get_encoder().embed_tokens.weight)
+        assert json.loads((tiny_copy / f"data/metrics/finetune/{row}.json").read_text())["best_update"] > 0
+    proc = run(["python", "-m", "stages.transfer", "typo"], tiny_copy)
+    assert proc.returncode != 0 and "transfer.typo.upstream: 'ft-tgvt' is not an upstream model" in proc.stderr
+    assert not (tiny_copy / "data/models/init/typo").exists()
 
 
 @e2e

@@ -192,6 +192,19 @@ class Pretrain:
 
 
 @dataclass
+class UpstreamModel:
+    """One more upstream model, pretrained like `pretrain` (same corpus, architecture and training) but with
+    another vocabulary or subword regularisation: the baselines that adapt the vocabulary *before* pretraining.
+    The rows ft-tgtv, joint-vocab and bpe-drop fine-tune the entry of their own name."""
+
+    vocab: Literal["upstream", "downstream", "joint"] = "upstream"  # upstream: the pretrained model's (spm
+    #   upstream); downstream: the adapted rows' (spm downstream; Sato et al.'s FT-tgtV, Liu et al.'s Downstream
+    #   Vocab); joint: SentencePiece trained on both domains' text at spm.upstream's sizes (Liu et al.'s Joint Vocab)
+    sampling_alpha: float = 0.0  # > 0: every epoch re-segments the training text by sampling (subword
+    #   regularisation; BPE-Drop, Provilkov et al. 2020, with our unigram models' sampling, Kudo 2018)
+
+
+@dataclass
 class Finetune:
     train: Training = field(default_factory=lambda: Training(max_updates=2500, warmup=500, eval_every=250))
     train_pairs: int = 0  # every row fine-tunes on a fixed sample of N downstream pairs (the low-resource
@@ -216,6 +229,8 @@ class TransferMethod:
     #                          initialisations ignore it); None: finetune.train.seed
     train_pairs: int | None = None  # fine-tune on N downstream pairs (a seeded sample; the low-resource regime);
     #                                 0: all of them; None: finetune.train_pairs
+    upstream: str | None = None  # the upstream model it starts from: `base` (the pretrain stage's) or a key of
+    #                              `upstreams`; ft-tgtv, joint-vocab and bpe-drop default to the entry of their name
 
 
 @dataclass
@@ -311,6 +326,7 @@ class Params:
     prepare: Prepare = field(default_factory=Prepare)
     spm: Spm = field(default_factory=Spm)
     pretrain: Pretrain = field(default_factory=Pretrain)
+    upstreams: dict[str, UpstreamModel] = field(default_factory=dict)  # more upstream models (upstream@NAME)
     cbow: Cbow = field(default_factory=Cbow)
     generator: GeneratorParams = field(default_factory=GeneratorParams)
     transfer: dict[str, TransferMethod] = field(default_factory=dict)  # method name -> knobs
@@ -408,6 +424,16 @@ def validate(params: Params) -> Params:
     if {params.lang.src, params.lang.tgt} != set(LANGS):
         raise ConfigError(f"params.yaml: lang.src/lang.tgt must be 'de' and 'en' in some order, got "
                           f"{params.lang.src!r}->{params.lang.tgt!r}")
+    for name, model in params.upstreams.items():
+        if name == "base" or not name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"params.yaml: upstreams.{name}: a name of letters, digits, '-' and '_', not 'base' "
+                              f"(the pretrain stage's model)")
+        if not 0 <= model.sampling_alpha < 1:
+            raise ConfigError(f"params.yaml: upstreams.{name}.sampling_alpha: must be in [0, 1), got "
+                              f"{model.sampling_alpha}")
+        if params.pretrain.external_model:
+            raise ConfigError(f"params.yaml: upstreams.{name}: pretrain.external_model is set, so there is no "
+                              f"pretraining recipe to repeat with another vocabulary")
     return params
 
 

@@ -422,11 +422,14 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
         return start + 1
     if group == "cbow":
         return start + 2 + cbow_seconds(size * TYPICAL_PIECES["downstream"][1], params.cbow.epochs)
-    if group == "pretrain":
+    if group in ("pretrain", "upstream"):  # upstream@NAME: the same recipe (a joint vocabulary: + its spm training)
         if params.pretrain.external_model:
             return start + 5
         cfg = params.pretrain.train
         init = 0.0
+        spec = params.upstreams.get(item or "")
+        if spec is not None and spec.vocab == "joint":
+            init += 2 * (3 + 10 * UPSTREAM_LINES / 50000)
         if params.pretrain.init == "cbow":  # CBOW on the upstream text first, both languages
             lines = _count_lines(corpora / "upstream" / f"train.{params.lang.src}", UPSTREAM_LINES)
             init = cbow_seconds(lines * sum(TYPICAL_PIECES["upstream"]) / 2, params.pretrain.cbow.epochs)

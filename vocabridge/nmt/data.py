@@ -16,9 +16,11 @@ class Parallel:
     tgt: list[np.ndarray]
 
     @classmethod
-    def encode(cls, src_lines: list[str], tgt_lines: list[str], src: Vocab, tgt: Vocab, max_len: int) -> Parallel:
-        """Encode both sides; pairs with a side longer than `max_len` tokens are skipped."""
-        s, t = src.encode(src_lines), tgt.encode(tgt_lines)
+    def encode(cls, src_lines: list[str], tgt_lines: list[str], src: Vocab, tgt: Vocab, max_len: int,
+               alpha: float = 0.0, seed: int = 0) -> Parallel:
+        """Encode both sides (alpha > 0: sampled segmentations, see Vocab.encode); pairs with a side longer than
+        `max_len` tokens are skipped."""
+        s, t = src.encode(src_lines, alpha, seed), tgt.encode(tgt_lines, alpha, seed + 1)
         keep = [i for i in range(len(s)) if len(s[i]) <= max_len and len(t[i]) <= max_len]
         return cls([s[i] for i in keep], [t[i] for i in keep])
 

@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -112,8 +113,10 @@ def dev_loss(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], r
 
 class Trainer:
     def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, dev: tuple[list[str], list[str]],
-                 cfg, ckpt_dir: Path, fingerprint: dict, name: str):
+                 cfg, ckpt_dir: Path, fingerprint: dict, name: str, resample: Callable[[int], Parallel] | None = None):
         self.model, self.src, self.tgt, self.data, self.cfg = model, src, tgt, data, cfg
+        self.resample = resample  # epoch -> that epoch's training data (subword regularisation); None: `data`
+        self._data_epoch = 0  # the epoch `data` was sampled for (resample(0) is what fit passes)
         self.dev_src, self.dev_ref = dev[0][: cfg.dev_sentences], dev[1][: cfg.dev_sentences]
         self.ckpt_dir, self.fingerprint, self.name = Path(ckpt_dir), fingerprint, name
         self.device = next(model.parameters()).device
@@ -206,6 +209,8 @@ class Trainer:
         bar = tqdm(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd", dynamic_ncols=True)
         window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
         while st.step < cfg.max_updates and not st.stopped:
+            if self.resample is not None and st.epoch != self._data_epoch:
+                self.data, self._data_epoch = self.resample(st.epoch), st.epoch
             batches = make_batches(self.data, cfg.batch_tokens, cfg.seed, st.epoch)
             while st.batch_in_epoch < len(batches) and st.step < cfg.max_updates and not st.stopped:
                 idx = batches[st.batch_in_epoch]
@@ -251,16 +256,23 @@ def fingerprint_of(*parts) -> dict:
 
 
 def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, ckpt_dir: Path, fingerprint: dict,
-        name: str) -> tuple[State, dict]:
-    """Train on corpus/train.{src,tgt} with dev selection (cfg.select_by); leaves the best weights in `model`."""
-    data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
-                           src, tgt, cfg.max_len)
+        name: str, sampling_alpha: float = 0.0) -> tuple[State, dict]:
+    """Train on corpus/train.{src,tgt} with dev selection (cfg.select_by); leaves the best weights in `model`.
+
+    sampling_alpha > 0: each epoch trains on its own sampled segmentation of the text (subword regularisation),
+    drawn from (seed, epoch), so that a resumed run sees the same pieces."""
+    lines = read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}")
+    resample = None
+    if sampling_alpha:
+        def resample(epoch: int) -> Parallel:
+            return Parallel.encode(*lines, src, tgt, cfg.max_len, sampling_alpha, seed=2 * (cfg.seed * 1000 + epoch))
+    data = resample(0) if resample else Parallel.encode(*lines, src, tgt, cfg.max_len)
     if not len(data):
         raise TrainingError(f"{corpus}: no training pair fits max_len={cfg.max_len}")
     dev = (read_text_lines(corpus / f"dev.{lang.src}"), read_text_lines(corpus / f"dev.{lang.tgt}"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    trainer = Trainer(model, src, tgt, data, dev, cfg, ckpt_dir, fingerprint, name)
+    trainer = Trainer(model, src, tgt, data, dev, cfg, ckpt_dir, fingerprint, name, resample)
     state = trainer.train()
     trainer.load_best()
     summary = {

@@ -61,10 +61,18 @@ class Vocab:
                                     dtype=np.int64)
         return self._lookup
 
-    def encode(self, lines: list[str]) -> list[np.ndarray]:
-        """Token ids with the final `</s>`, exactly as MarianTokenizer encodes (but batched in C++)."""
+    def encode(self, lines: list[str], alpha: float = 0.0, seed: int = 0) -> list[np.ndarray]:
+        """Token ids with the final `</s>`, exactly as MarianTokenizer encodes (but batched in C++).
+
+        alpha > 0: a segmentation sampled from the unigram lattice (subword regularisation, Kudo 2018), the same
+        for the same seed (one thread, SentencePiece's generator seeded first)."""
         lookup = self._spm_to_marian()
-        return [np.append(lookup[np.asarray(ids, dtype=np.int64)], 0) for ids in self.sp.encode(lines)]
+        if alpha:
+            spm.set_random_generator_seed(seed)
+            encoded = self.sp.encode(lines, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+        else:
+            encoded = self.sp.encode(lines)
+        return [np.append(lookup[np.asarray(ids, dtype=np.int64)], 0) for ids in encoded]
 
     def decode(self, ids) -> str:
         pieces = [self.tokens[i] for i in ids if i > 1 and i != self.pad_id and i < len(self.tokens)]

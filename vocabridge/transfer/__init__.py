@@ -162,7 +162,7 @@ def trained_generator(variant: str) -> Callable[[Resources], Built]:
 
 
 DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_members=10, patt_scale="code",
-                               fwet_weights="softmax")
+                               fwet_weights="softmax", upstream="base")
 REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
 
 CBOW = frozenset({"cbow"})
@@ -171,6 +171,11 @@ METHODS: dict[str, Method] = {
     "out-domain": Method(keep_pretrained, finetune=False, vocabulary="upstream"),
     "in-domain": Method(from_scratch),
     "ft-srcv": Method(keep_pretrained, vocabulary="upstream"),
+    # the vocabulary adapted before pretraining: an upstream model of their own (params.yaml `upstreams`), fine-tuned
+    # as it is: FT-tgtV (Sato et al. 2020; Liu et al.'s Downstream Vocab), Joint Vocab, BPE-Drop (Liu et al. 2021)
+    "ft-tgtv": Method(keep_pretrained, vocabulary="downstream", defaults={"upstream": "ft-tgtv"}),
+    "joint-vocab": Method(keep_pretrained, vocabulary="joint", defaults={"upstream": "joint-vocab"}),
+    "bpe-drop": Method(keep_pretrained, vocabulary="upstream", defaults={"upstream": "bpe-drop"}),
     "ft-tgtv-random": Method(adapted(random_init), "random, at the pretrained rows' per-dimension mean and spread "
                              "(Aji et al. 2020)"),
     "va-cbow": Method(adapted(cbow), "its CBOW vector as it is (Sato et al. 2020)", CBOW, defaults=REPROJECT),
