@@ -12,6 +12,8 @@ data/metrics/{pretrain,upstream/NAME}.json. Interrupted runs resume from data/ch
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from vocabridge.config import UpstreamModel, load_params
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
+from vocabridge.nmt.checkpoint import resumable
 from vocabridge.nmt.model import build_model, copy_model_dir, save_model
 from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.nmt.vocab import pair_vocabs
@@ -53,12 +56,18 @@ def main(argv: list[str]) -> None:
     src, tgt = pair_vocabs(*vocabularies(spec, params, name))
     model = build_model(cfg.arch, src, tgt, cfg.train.seed)
     init = {"init": cfg.init, "vocab": spec.vocab, "sampling_alpha": spec.sampling_alpha}
-    if cfg.init == "cbow":
-        texts = {"src": domain_text(corpus, lang.src), "tgt": domain_text(corpus, lang.tgt)}
-        init["init_rows"] = initialise_embeddings(model, {"src": src, "tgt": tgt}, texts, cfg.cbow)
-    model = model.to(use_compute(params.compute))
     fingerprint = fingerprint_of("pretrain", asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
                                  src.to_json(), tgt.to_json(), *([] if base else [asdict(spec)]))
+    if cfg.init == "cbow":  # not again when resuming: the checkpoint holds the rows, init_rows.json their record
+        record = checkpoints / "init_rows.json"
+        if resumable(checkpoints, fingerprint) and record.is_file():
+            init["init_rows"] = json.loads(record.read_text(encoding="utf-8"))
+        else:
+            shutil.rmtree(checkpoints, ignore_errors=True)  # another configuration's, which training would drop
+            texts = {"src": domain_text(corpus, lang.src), "tgt": domain_text(corpus, lang.tgt)}
+            init["init_rows"] = initialise_embeddings(model, {"src": src, "tgt": tgt}, texts, cfg.cbow)
+            write_json(record, init["init_rows"])
+    model = model.to(use_compute(params.compute))
     state, summary = fit(model, src, tgt, corpus, lang, cfg.train, checkpoints, fingerprint,
                          "pretrain" if base else f"upstream {name}", spec.sampling_alpha)
     with atomic_dir(out) as tmp:

@@ -10,7 +10,7 @@ import torch
 
 from flows.dag import Dag, Stage
 from flows.estimate import simulate_flow
-from vocabridge.config import Params, apply_profile, parse
+from vocabridge.config import Params, UpstreamModel, apply_profile, parse
 from vocabridge.estimate import (
     DVC_OVERHEAD,
     TYPICAL_PIECES,
@@ -68,6 +68,12 @@ def test_training_stages_cost_updates_and_dev_evaluations(tmp_path):
     assert stage_seconds("pretrain", params, machine(), 2, tmp_path) == pytest.approx(
         start + 10 + 500 + 4 * (4 + loss_pass) + cbow_seconds(283_000 * 11.5, params.pretrain.cbow.epochs))
     params.pretrain.init = "random"
+    # an upstream model of its own: the same recipe; a joint vocabulary trains its two SentencePiece models first
+    params.upstreams = {"ft-tgtv": UpstreamModel(vocab="downstream"), "joint-vocab": UpstreamModel(vocab="joint")}
+    pretrain = stage_seconds("pretrain", params, machine(), 2, tmp_path)
+    assert stage_seconds("upstream@ft-tgtv", params, machine(), 2, tmp_path) == pytest.approx(pretrain)
+    assert stage_seconds("upstream@joint-vocab", params, machine(), 2, tmp_path) == pytest.approx(
+        pretrain + 2 * (3 + 10 * 283_000 / 50_000))
     params.finetune.train.max_updates, params.finetune.train.eval_every = 100, 50
     params.finetune.train.dev_sentences = 200
     params.prepare.downstream.dev_size = 150  # fewer dev pairs than dev_sentences: all of them

@@ -397,6 +397,10 @@ def test_pretraining_can_start_from_cbow_rows(tiny_copy):
         assert metrics["init_rows"][role]["cbow_rows"] > 0.5 * metrics["init_rows"][role]["rows"]
     rows = load_model(tiny_copy / "data/models/upstream/base")[0].get_encoder().embed_tokens.weight
     assert rows.shape == random_rows.shape and not torch.allclose(rows, random_rows)
+    proc = run(["python", "-m", "stages.pretrain"], tiny_copy)  # again: resumes, CBOW is not trained again
+    assert proc.returncode == 0 and "resuming from the checkpoint at update 20" in proc.stderr, proc.stderr[-2000:]
+    assert json.loads((tiny_copy / "data/metrics/pretrain.json").read_text())["init_rows"] == metrics["init_rows"]
+    assert "cbow src (init)" not in proc.stderr  # the CBOW progress bar of initialise_embeddings
 
 
 @e2e

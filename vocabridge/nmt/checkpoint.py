@@ -44,6 +44,15 @@ def save_checkpoint(ckpt_dir: Path, module: torch.nn.Module, optimizer: torch.op
         write_json(tmp / "state.json", record | {"format": FORMAT})
 
 
+def resumable(ckpt_dir: Path, fingerprint: dict) -> bool:
+    """Whether ckpt_dir/last belongs to this configuration (what load_checkpoint would resume)."""
+    state = Path(ckpt_dir) / "last" / "state.json"
+    if not state.is_file():
+        return False
+    record = json.loads(state.read_text(encoding="utf-8"))
+    return record.get("fingerprint") == fingerprint and record.get("format") == FORMAT
+
+
 def load_checkpoint(ckpt_dir: Path, fingerprint: dict, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     device) -> dict | None:
     """Restore ckpt_dir/last into `module` and `optimizer` (and torch's RNG) when it belongs to this
