@@ -39,10 +39,13 @@ def stable_hash(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
 
 
-def train_cbow(lines: list[str], sp: spm.SentencePieceProcessor, dim: int, cfg, name: str = "") -> KeyedVectors:
+def train_cbow(lines: list[str], sp: spm.SentencePieceProcessor, dim: int, cfg, name: str = "",
+               fixed: dict[str, np.ndarray] | None = None) -> KeyedVectors:
     """CBOW (sg=0) on `lines` segmented by `sp`; dimension = the model's embedding dimension.
 
-    With one thread (cfg.threads = 1) the vectors are the same on every run; more threads are faster but not.
+    `fixed`: pieces whose input vectors start at the given rows and stay there (gensim's per-vector lock), so
+    that the others are learned around them, in their space. With one thread (cfg.threads = 1) the vectors are
+    the same on every run; more threads are faster but not.
     """
     sentences = [s for s in sp.encode(lines, out_type=str) if s]
     if not sentences:
@@ -51,6 +54,13 @@ def train_cbow(lines: list[str], sp: spm.SentencePieceProcessor, dim: int, cfg, 
     model = Word2Vec(vector_size=dim, window=cfg.window, min_count=cfg.min_count, sg=0, negative=cfg.negative,
                      workers=cfg.threads, seed=cfg.seed, hashfxn=stable_hash)
     model.build_vocab(sentences)
+    if fixed:
+        lock = np.ones(len(model.wv), dtype=np.float32)
+        for piece, row in fixed.items():
+            if piece in model.wv.key_to_index:
+                k = model.wv.key_to_index[piece]
+                model.wv.vectors[k], lock[k] = row, 0.0
+        model.wv.vectors_lockf = lock
     model.train(sentences, total_examples=len(sentences), epochs=cfg.epochs, callbacks=[_Progress(cfg.epochs, name)])
     return model.wv
 

@@ -28,11 +28,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
 from vocabridge.config import Arch, Params, Training
 from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
-from vocabridge.nmt.train import threads_of
+from vocabridge.nmt.train import apply_gradients, threads_of, training_loss
 from vocabridge.transfer import generators_needed, get_method
 
 # Mean pieces per training segment (source, target) when the corpora are not prepared yet: the default corpora
@@ -125,7 +124,8 @@ def _batch(vocab: int, src_pieces: int, tgt_pieces: int, batch_tokens: int, devi
 
 def _updater(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, device: torch.device,
              frozen: bool) -> tuple[Callable[[], None], str]:
-    """One training update of nmt.train's step (Adam, label smoothing, clipping, its precision) on a fresh model."""
+    """One training update as nmt.train's Trainer makes it (its loss and gradient step: Adam, label smoothing,
+    clipping, its precision) on a fresh model."""
     model = _model(arch, vocab).to(device).train()
     precision = resolve_bf16(False if frozen else cfg.bf16, device)
     if frozen:
@@ -134,16 +134,10 @@ def _updater(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, dev
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=1e-4)
     batch = _batch(vocab, *pieces, cfg.batch_tokens, device)
-    labels = batch.pop("labels")
 
     def update() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision.bf16):
-            logits = model(**batch).logits
-        loss = F.cross_entropy(logits.float().view(-1, vocab), labels.view(-1), label_smoothing=cfg.label_smoothing)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm)
-        optimizer.step()
+        apply_gradients(training_loss(model, batch, cfg.label_smoothing, precision.bf16), optimizer, params,
+                        cfg.clip_norm)
 
     return update, precision.name
 

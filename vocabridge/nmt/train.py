@@ -111,6 +111,25 @@ def dev_loss(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], r
     return round(loss / max(tokens, 1), 4)
 
 
+def training_loss(model: MarianMTModel, batch: dict[str, torch.Tensor], label_smoothing: float,
+                  bf16: bool) -> torch.Tensor:
+    """Label-smoothed cross-entropy of one batch (labels -100 on padding), the forward pass under bf16 autocast
+    when `bf16`, the loss in fp32."""
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    with torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(**inputs).logits
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch["labels"].view(-1), ignore_index=-100,
+                           label_smoothing=label_smoothing)
+
+
+def apply_gradients(loss: torch.Tensor, optimizer: torch.optim.Optimizer, params, clip_norm: float) -> None:
+    """Backward, clip the gradients' global norm, one optimizer step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, clip_norm)
+    optimizer.step()
+
+
 class Trainer:
     def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, dev: tuple[list[str], list[str]],
                  cfg, ckpt_dir: Path, fingerprint: dict, name: str, resample: Callable[[int], Parallel] | None = None):
@@ -154,19 +173,12 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------------------------
     def _step(self, batch: dict[str, torch.Tensor]) -> float:
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        labels = batch.pop("labels")
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            logits = self.model(**batch).logits
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=-100,
-                               label_smoothing=self.cfg.label_smoothing)
+        loss = training_loss(self.model, batch, self.cfg.label_smoothing, self.bf16)
         if not torch.isfinite(loss):
             where = self.ckpt_dir / "last"
             raise TrainingError(f"{self.name}: loss is {loss.item()} at update {self.state.step + 1}; stopped. "
                                 f"The last good checkpoint is {where} (update {self._last_saved})")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.optimizer.step()
+        apply_gradients(loss, self.optimizer, self.model.parameters(), self.cfg.clip_norm)
         self.scheduler.step()
         return loss.item()
 

@@ -26,10 +26,9 @@ from typing import Literal
 
 import numpy as np
 import torch
-from gensim.models import Word2Vec
 from scipy import sparse
 
-from vocabridge.cbow import stable_hash
+from vocabridge.cbow import train_cbow
 from vocabridge.config import Cbow
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.transfer.plan import (
@@ -230,25 +229,14 @@ def word2vec(side: Side, knobs, rng: np.random.Generator, cfg=None) -> Plan:
     cfg = cfg or Cbow()
     if not side.text or side.new_sp is None:
         raise InputError(f"word2vec ({side.name}): needs the new domain's text and tokenizer")
-    sentences = [s for s in side.new_sp.encode(side.text, out_type=str) if s]
-    model = Word2Vec(vector_size=side.emb.shape[1], window=cfg.window, min_count=cfg.min_count, sg=0,
-                     negative=cfg.negative, workers=cfg.threads, seed=cfg.seed, hashfxn=stable_hash)
-    model.build_vocab(sentences)
     new_ids, old_ids = side.shared
-    fixed = [(model.wv.key_to_index[side.new_tokens[i]], j) for i, j in zip(new_ids.tolist(), old_ids.tolist(),
-                                                                          strict=True)
-             if side.new_tokens[i] in model.wv.key_to_index]
-    lock = np.ones(len(model.wv), dtype=np.float32)
-    for k, j in fixed:
-        model.wv.vectors[k] = side.emb[j]
-        lock[k] = 0.0
-    model.wv.vectors_lockf = lock
-    model.train(sentences, total_examples=len(sentences), epochs=cfg.epochs)
+    fixed = {side.new_tokens[i]: side.emb[j] for i, j in zip(new_ids.tolist(), old_ids.tolist(), strict=True)}
+    kv = train_cbow(side.text, side.new_sp, side.emb.shape[1], cfg, f"{side.name} (word2vec)", fixed)
     builder = PlanBuilder(side, "copy")
-    todo = [i for i in builder.todo.tolist() if side.new_tokens[i] in model.wv.key_to_index]
+    todo = [i for i in builder.todo.tolist() if side.new_tokens[i] in kv.key_to_index]
     if todo:
-        builder.vector(np.array(todo), np.stack([model.wv[side.new_tokens[i]] for i in todo]).astype(np.float32))
-    return builder.build(rng, anchors=len(fixed), learned=len(todo))
+        builder.vector(np.array(todo), np.stack([kv[side.new_tokens[i]] for i in todo]).astype(np.float32))
+    return builder.build(rng, anchors=sum(token in kv.key_to_index for token in fixed), learned=len(todo))
 
 
 def char_ngrams(token: str, sizes: range = range(3, 7)) -> list[str]:
