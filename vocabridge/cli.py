@@ -96,6 +96,42 @@ def adapt(args: argparse.Namespace) -> dict:
     return diagnostics
 
 
+def audit(args: argparse.Namespace) -> tuple[list[dict], list]:
+    """`vocabridge audit`: how the model's vocabularies fit the text (vocabridge.audit); OUT/audit.{json,md,png}."""
+    import dataclasses
+
+    import sentencepiece as spm
+
+    from vocabridge.audit import audit_side, detect_side, markdown, plot, table_rows
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.fileio import atomic_dir, write_json
+    from vocabridge.nmt.model import check_model_dir
+
+    check_model_dir(args.model)
+    if not (args.text or args.src_text or args.tgt_text):
+        raise ConfigError("audit: give --text, or --src-text and/or --tgt-text")
+    if args.text and (args.src_text or args.tgt_text):
+        raise ConfigError("audit: --text picks its side itself; give it alone, or --src-text/--tgt-text")
+    if any(size < 10 for size in args.sizes):
+        raise ConfigError(f"audit: --sizes: every size must be at least 10, got {args.sizes}")
+    models = {role: spm.SentencePieceProcessor(model_file=str(args.model / f"{name}.spm"))
+              for role, name in (("src", "source"), ("tgt", "target"))}
+    texts = {role: [line for f in files for line in read_text_lines(f)]
+             for role, files in (("src", args.src_text), ("tgt", args.tgt_text)) if files}
+    if args.text:
+        lines = [line for f in args.text for line in read_text_lines(f)]
+        texts = {detect_side(models["src"], models["tgt"], lines): lines}
+    corpora = {role: [line for f in files for line in read_text_lines(f)]
+               for role, files in (("src", args.model_src_corpus), ("tgt", args.model_tgt_corpus)) if files}
+    audits = [audit_side(models[role], text, role, args.sizes, args.seed, args.threads, corpora.get(role), args.rare)
+              for role, text in texts.items()]
+    with atomic_dir(args.out) as tmp:
+        write_json(tmp / "audit.json", {"model": str(args.model), "sides": [dataclasses.asdict(a) for a in audits]})
+        plot(audits, tmp / "audit.png")
+        (tmp / "audit.md").write_text(markdown(audits, str(args.model), "audit.png"), encoding="utf-8")
+    return table_rows(audits), audits
+
+
 def _d_model(model_dir: Path) -> int:
     import json
 
@@ -187,6 +223,29 @@ def main(argv: list[str]) -> None:
                     help="new tokens whose neighbours diagnostics.json lists (default 5)")
     ad.add_argument("--seed", type=int, default=1, help="seed of SentencePiece, CBOW and random rows (default 1)")
     ad.add_argument("--threads", type=int, default=2, help="SentencePiece training threads (default 2)")
+    au = sub.add_parser(
+        "audit", help="how well a Marian/OPUS-MT model's vocabularies fit your text, and what size to adapt to",
+        description="Segment your text with the model's vocabulary and with SentencePiece vocabularies trained on "
+                    "it at a few sizes: pieces per word (fertility), the share of tokens the model's vocabulary "
+                    "lacks, the frequent words it shatters, optionally the share of pieces it barely saw in its own "
+                    "corpus, and a recommended size. Writes OUT/audit.json, audit.md and audit.png.")
+    au.add_argument("--model", type=Path, required=True,
+                    help="the Marian/OPUS-MT directory (config.json, model.safetensors, source.spm, target.spm, vocab)")
+    au.add_argument("--text", type=Path, nargs="+", default=[],
+                    help="text of one language, one sentence per line; its side (source or target) is detected")
+    au.add_argument("--src-text", type=Path, nargs="+", default=[], help="source-language text")
+    au.add_argument("--tgt-text", type=Path, nargs="+", default=[], help="target-language text")
+    au.add_argument("--sizes", type=int, nargs="+", default=[2000, 4000, 8000, 16000],
+                    help="SentencePiece vocabulary sizes to train on the text, at most (default 2000 4000 8000 16000)")
+    au.add_argument("--model-src-corpus", type=Path, nargs="+", default=[],
+                    help="the model's own source training text, to count the pieces it barely saw (optional)")
+    au.add_argument("--model-tgt-corpus", type=Path, nargs="+", default=[],
+                    help="the model's own target training text (optional)")
+    au.add_argument("--rare", type=int, default=10,
+                    help="with a model corpus: a piece seen fewer times than this is barely seen (default 10)")
+    au.add_argument("--out", type=Path, default=Path("audit"), help="where to write the report (default audit/)")
+    au.add_argument("--seed", type=int, default=1, help="SentencePiece seed (default 1)")
+    au.add_argument("--threads", type=int, default=2, help="SentencePiece training threads (default 2)")
     est = sub.add_parser(
         "estimate", help="measure this machine (under a minute) and print each stage's expected wall time",
         description="Time a few training updates of the profile's models at the flow's thread layout, greedy and "
@@ -212,6 +271,15 @@ def main(argv: list[str]) -> None:
     elif args.command == "profile":
         changed = set_profile(args.name, args.params, args.profiles)
         print(f"{args.params}: profile '{args.name}' applied, {len(changed)} keys changed")
+    elif args.command == "audit":
+        import pandas as pd
+
+        rows, audits = audit(args)
+        print(pd.DataFrame(rows).to_string(index=False, na_rep=""))
+        for a in audits:
+            size = a.recommendation["vocab_size"] or "keep the model's"
+            print(f"{a.side}: recommended vocabulary size {size}: {a.recommendation['reason']}")
+        print(f"{args.out}: audit.md, audit.json, audit.png")
     elif args.command == "adapt":
         diagnostics = adapt(args)
         rows = {side: diagnostics[side]["rows"] for side in ("encoder", "decoder")}

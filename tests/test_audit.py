@@ -1,0 +1,111 @@
+"""`vocabridge audit`: how a model's vocabulary fits a text, on a tiny IT model and Bible text made here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+import sentencepiece as spm
+
+from tests.conftest import project_env
+from vocabridge.audit import audit_side, barely_seen, detect_side, recommend, shattered_words
+from vocabridge.config import SpmModel
+from vocabridge.nmt.model import build_model, save_model
+from vocabridge.nmt.vocab import pair_vocabs
+from vocabridge.tokenizers import train_spm
+
+ARCH = SimpleNamespace(d_model=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32, dropout=0.0,
+                       attention_dropout=0.0, max_positions=64)
+DE_IT = ["Datei öffnen", "Datei speichern unter", "Drucker nicht gefunden", "Fenster schließen"] * 30
+EN_IT = ["Open file", "Save file as", "Printer not found", "Close window"] * 30
+WORDS = ("And God said Let there be light In the beginning created heaven earth was saw evening morning were "
+         "first day firmament waters gathered together dry land appear grass herb yielding seed fruit tree "
+         "kind lights greater lesser rule night stars moving creature abundantly fowl multiply").split()
+EN_BIBLE = [" ".join(WORDS[(i * 7 + j * 13) % len(WORDS)] for j in range(5 + i % 7)) for i in range(400)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("audit")
+    cfg = SpmModel(vocab_size=40, hard_vocab_limit=False)
+    src, tgt = pair_vocabs(train_spm(DE_IT, cfg, 1, 1, "de"), train_spm(EN_IT, cfg, 1, 1, "en"))
+    save_model(build_model(ARCH, src, tgt, seed=0), src, tgt, root / "opus-mt")
+    (root / "bible.en").write_text("\n".join(EN_BIBLE) + "\n", encoding="utf-8")
+    (root / "it.en").write_text("\n".join(EN_IT) + "\n", encoding="utf-8")
+    return root
+
+
+def target_sp(model_dir) -> spm.SentencePieceProcessor:
+    return spm.SentencePieceProcessor(model_file=str(model_dir / "opus-mt" / "target.spm"))
+
+
+def test_fertility_and_new_rows_are_counted_as_segmented(model_dir):
+    sp = target_sp(model_dir)
+    result = audit_side(sp, EN_BIBLE, "tgt", sizes=(60, 120), threads=1)
+    words = sum(len(line.split()) for line in EN_BIBLE)
+    assert result.words == words and result.lines == len(EN_BIBLE)
+    assert result.model["fertility"] == round(sum(map(len, sp.encode(EN_BIBLE))) / words, 4)
+    for row in result.sizes:  # the text's own vocabulary segments it more coarsely, and mostly in new pieces
+        assert row["fertility"] < result.model["fertility"] and 0 < row["unseen_token_rate"] <= 1
+    assert result.sizes[0]["pieces"] <= 60 < result.sizes[1]["pieces"] <= 120
+    top = result.shattered[0]
+    assert top["count"] == max(c for w, c in Counter(" ".join(EN_BIBLE).split()).items()
+                               if len(sp.encode(w)) >= 3)
+    assert "".join(top["pieces"]).replace("▁", "") == top["word"] and len(top["pieces"]) >= 3
+
+
+def test_recommendation_stops_where_doubling_gains_little():
+    rows = [{"vocab_size": 2000, "fertility": 1.60, "unseen_token_rate": 0.2},
+            {"vocab_size": 4000, "fertility": 1.40, "unseen_token_rate": 0.3},  # 1.40 <= 1.35 x 1.05: enough
+            {"vocab_size": 8000, "fertility": 1.35, "unseen_token_rate": 0.4}]
+    assert recommend(2.0, rows)["vocab_size"] == 4000
+    assert recommend(1.38, rows)["vocab_size"] is None  # within 5% of the best already: keep the model's
+    assert "keep" not in recommend(2.0, rows)["reason"] and "30% fewer" in recommend(2.0, rows)["reason"]
+
+
+def test_barely_seen_pieces_and_the_side_of_a_text(model_dir):
+    sp = target_sp(model_dir)
+    corpus = ["Open file"] * 20 + ["Close window"]  # "Close window" pieces seen once, "Open file" 20 times
+    seen = barely_seen(sp, ["Open file", "Close window"], corpus, rare=5)
+    counts = Counter(piece for ids in sp.encode(corpus) for piece in ids)
+    pieces = [piece for ids in sp.encode(["Open file", "Close window"]) for piece in ids]
+    assert seen["token_share"] == round(sum(counts[p] < 5 for p in pieces) / len(pieces), 4)
+    assert 0 < seen["token_share"] < 1  # pieces of "Close window" only, and not those it shares with "Open file"
+    src = spm.SentencePieceProcessor(model_file=str(model_dir / "opus-mt" / "source.spm"))
+    assert detect_side(src, sp, EN_IT) == "tgt" and detect_side(src, sp, DE_IT) == "src"
+    whole = next(w for w in " ".join(EN_IT).split() if len(sp.encode(w)) < 3)
+    assert [w["word"] for w in shattered_words(sp, Counter({whole: 9, "firmament": 2}))] == ["firmament"]
+
+
+def audit_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vocabridge.cli", "audit", *args], capture_output=True, text=True,
+                          env=project_env(), timeout=600)
+
+
+def test_audit_command_writes_json_markdown_and_plot(model_dir):
+    out = model_dir / "report"
+    proc = audit_cli("--model", str(model_dir / "opus-mt"), "--tgt-text", str(model_dir / "bible.en"), "--sizes", "40",
+                     "70", "--model-tgt-corpus", str(model_dir / "it.en"), "--out", str(out), "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tgt: recommended vocabulary size" in proc.stdout
+    report = json.loads((out / "audit.json").read_text())
+    (side,) = report["sides"]
+    assert side["side"] == "tgt" and [r["vocab_size"] for r in side["sizes"]] == [40, 70]
+    assert 0 < side["barely_seen"]["token_share"] < 1 and side["barely_seen"]["rare_below"] == 10
+    page = (out / "audit.md").read_text()
+    assert "Recommended vocabulary size" in page and "![" in page and (out / "audit.png").stat().st_size > 1000
+
+
+def test_audit_errors_name_the_file_and_write_nothing(model_dir):
+    out = model_dir / "never"
+    proc = audit_cli("--model", str(model_dir / "opus-mt"), "--text", str(model_dir / "missing.en"), "--out", str(out))
+    assert proc.returncode != 0 and "missing.en" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = audit_cli("--model", str(model_dir / "nowhere"), "--text", str(model_dir / "bible.en"), "--out", str(out))
+    assert proc.returncode != 0 and "nowhere" in proc.stderr
+    proc = audit_cli("--model", str(model_dir / "opus-mt"), "--out", str(out))
+    assert proc.returncode != 0 and "--text" in proc.stderr
+    assert not out.exists()
