@@ -1,7 +1,9 @@
 """Stage evaluate@METHOD: translate the downstream test set (beam search) and score it with sacrebleu.
 
-Writes data/eval/METHOD/{hyp.txt,metrics.json}. Significance against the ft-srcv baseline is computed by
-the report stage, which sees every method's hypotheses (so evaluate stages stay independent and parallel).
+Also the first `evaluate.upstream_sentences` pairs of the upstream test set, the same way: what adapting cost
+on the original domain (forgetting). Writes data/eval/METHOD/{hyp.txt,upstream_hyp.txt,metrics.json}.
+Significance against the ft-srcv baseline is computed by the report stage, which sees every method's hypotheses
+(so evaluate stages stay independent and parallel).
 """
 
 from __future__ import annotations
@@ -25,23 +27,38 @@ def main(argv: list[str]) -> None:
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
     precision = Precision(False, "ctranslate2 (its own default compute type)")
-    if cfg.decoder == "ctranslate2":
-        from vocabridge.ct2 import translate_ct2
-
-        hyps, speed = translate_ct2(paths.finetuned(method), sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                                    batch_tokens=cfg.batch_tokens, threads=threads_of(params.compute.threads),
-                                    device=device.type)
-    else:
+    if cfg.decoder != "ctranslate2":
         precision = resolve_bf16(cfg.bf16, device)
-        hyps, speed = translate(model, src, tgt, sources, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                                batch_tokens=cfg.batch_tokens, bf16=precision.bf16)
+
+    def decode(lines: list[str]) -> tuple[list[str], dict]:
+        if cfg.decoder == "ctranslate2":
+            from vocabridge.ct2 import translate_ct2
+
+            return translate_ct2(paths.finetuned(method), lines, beam=cfg.beam, length_penalty=cfg.length_penalty,
+                                 batch_tokens=cfg.batch_tokens, threads=threads_of(params.compute.threads),
+                                 device=device.type)
+        return translate(model, src, tgt, lines, beam=cfg.beam, length_penalty=cfg.length_penalty,
+                         batch_tokens=cfg.batch_tokens, bf16=precision.bf16)
+
+    hyps, speed = decode(sources)
     metrics = {"method": method, "decoder": cfg.decoder, "test_sentences": len(sources), "beam": cfg.beam,
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed, **precision.as_metrics()}
+    upstream_hyps = []
+    if cfg.upstream_sentences:
+        up = paths.CORPORA / "upstream"
+        n = cfg.upstream_sentences
+        up_sources = read_text_lines(up / f"test.{lang.src}")[:n]
+        up_refs = read_text_lines(up / f"test.{lang.tgt}")[:n]
+        upstream_hyps, _ = decode(up_sources)
+        metrics["upstream"] = {"test_sentences": len(up_sources), **score(upstream_hyps, up_refs)}
     with atomic_dir(paths.evaluation(method)) as tmp:
         write_lines(tmp / "hyp.txt", hyps)
+        if upstream_hyps:
+            write_lines(tmp / "upstream_hyp.txt", upstream_hyps)
         write_json(tmp / "metrics.json", metrics)
-    print({k: metrics[k] for k in ("method", "bleu", "chrf", "ter", "sentences_per_second")})
+    print({k: metrics[k] for k in ("method", "bleu", "chrf", "ter", "sentences_per_second")}
+          | ({"upstream_bleu": metrics["upstream"]["bleu"]} if "upstream" in metrics else {}))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from vocabridge.report import (
     build_table,
     comparisons_table,
     curve_summary,
+    forgetting_plot,
+    forgetting_table,
     group_curves,
     learning_curves_plot,
     neighbours_markdown,
@@ -70,6 +72,7 @@ def main(argv: list[str]) -> None:
             shared_vocab.append(method)
         rows.append({
             "method": method, "bleu": metrics["bleu"], "chrf": metrics["chrf"], "ter": metrics["ter"],
+            "upstream_bleu": metrics.get("upstream", {}).get("bleu"),
             "src_vocab": metrics["vocab_size"]["src"], "tgt_vocab": metrics["vocab_size"]["tgt"],
             "unseen_token_rate": mismatch[lang.tgt]["unseen_token_rate"] if adapted else 0.0,
             "mean_output_tokens": metrics["mean_output_tokens"],
@@ -102,6 +105,7 @@ def main(argv: list[str]) -> None:
                                      list(tests), {row["method"]: row["dev_bleu_auc"] for row in rows})
     grouped_curves = group_curves(curves, groups)
     papers = paper_sections(params, groups, hyps, refs, seeds)
+    forgetting = forgetting_table(table, groups)
     text = "\n\n".join([
         to_markdown(table),
         f"## Paired comparisons (sacrebleu paired bootstrap, {cfg.bootstrap_samples} samples; p: of the null "
@@ -128,6 +132,10 @@ def main(argv: list[str]) -> None:
         f"seeds_for_{cfg.target_difference:g}: seeds a side needed to detect {cfg.target_difference:g} BLEU "
         f"(empty: not with 100 seeds, the test set's own noise is larger, or a side has one seed).\n\n"
         + to_markdown(seed_tests),
+        "## Forgetting\n\nTest BLEU on the downstream domain beside test BLEU on the first "
+        f"{params.evaluate.upstream_sentences} pairs of the upstream test set (the domain the model came from), mean "
+        "over each group's seeds: `forgetting.png` plots one against the other.\n\n"
+        + (to_markdown(forgetting) if len(forgetting) else "Not measured (evaluate.upstream_sentences: 0)."),
         "## The papers' tables beside ours\n\nEach published row (BLEU as published, on the paper's data) with the "
         "row of ours that runs it: mean test BLEU over its seeds and their spread. Below each table, every ordering "
         "the paper reports, tested on our rows over seeds and sentences as above: holds (the interval excludes 0, "
@@ -148,6 +156,9 @@ def main(argv: list[str]) -> None:
         bleu_plot(table, tmp / "bleu.png")
         grouped_curves.to_csv(tmp / "learning_curves.csv", index=False)
         learning_curves_plot(grouped_curves, threshold, tmp / "learning_curves.png")
+        forgetting.to_csv(tmp / "forgetting.csv", index=False)
+        if len(forgetting):
+            forgetting_plot(forgetting, tmp / "forgetting.png")
     print(text)
 
 

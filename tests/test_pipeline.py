@@ -44,6 +44,26 @@ def lines(path: Path) -> list[str]:
 
 
 @e2e
+def test_every_row_is_scored_on_the_upstream_test_set_too(tiny_project):
+    """Forgetting: each evaluate also translates the upstream test set; the pretrained model, which never saw the
+    Bible, scores higher there than the model trained on the Bible alone."""
+    import pandas as pd
+
+    upstream = {}
+    for method in METHODS:
+        metrics = json.loads((tiny_project / f"data/eval/{method}/metrics.json").read_text())
+        assert metrics["upstream"]["test_sentences"] == 200  # the tiny profile's upstream test set
+        assert len(lines(tiny_project / f"data/eval/{method}/upstream_hyp.txt")) == 200
+        upstream[method] = metrics["upstream"]["bleu"]
+    assert upstream["out-domain"] > upstream["in-domain"]
+    forgetting = pd.read_csv(tiny_project / "data/reports/results/forgetting.csv").set_index("group")
+    assert forgetting.loc["ft-tgtv-random", "seeds"] == 2 and forgetting.loc["out-domain", "upstream_bleu"] == \
+        upstream["out-domain"]
+    assert (tiny_project / "data/reports/results/forgetting.png").is_file()
+    assert "## Forgetting" in (tiny_project / "data/reports/results/report.md").read_text()
+
+
+@e2e
 def test_the_tiny_models_are_trained(tiny_project):
     """What the tiny profile exports learned something: not the untrained update 0, and not the initial weights."""
     import pandas as pd

@@ -116,3 +116,15 @@ def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering
     assert verdicts.loc["ft-srcv > in-domain", "verdict"] == "not decisive"
     assert verdicts.loc["ft-tgtv > ft-srcv", "verdict"] == "not run"
     assert pd.isna(verdicts.loc["ft-tgtv > ft-srcv", "p_value"])
+
+
+def test_forgetting_pools_each_group_of_seeds(tmp_path):
+    from vocabridge.report import forgetting_plot, forgetting_table
+
+    table = pd.DataFrame({"method": ["a", "a+s2", "b", "c"], "bleu": [10.0, 12.0, 8.0, 5.0],
+                          "upstream_bleu": [30.0, 20.0, 35.0, None], "source": "vocabridge"})
+    got = forgetting_table(table, {"a": ["a", "a+s2"], "b": ["b"], "c": ["c"]})
+    assert got.to_dict("records") == [{"group": "a", "seeds": 2, "bleu": 11.0, "upstream_bleu": 25.0},
+                                      {"group": "b", "seeds": 1, "bleu": 8.0, "upstream_bleu": 35.0}]  # c: not measured
+    forgetting_plot(got, tmp_path / "forgetting.png")
+    assert (tmp_path / "forgetting.png").stat().st_size > 1000

@@ -296,6 +296,7 @@ class Evaluate:
     length_penalty: float = 1.0
     batch_tokens: int = 6000
     bf16: bool | Literal["auto"] = False  # the transformers decoder only; false: scores never depend on the CPU
+    upstream_sentences: int = 500  # forgetting: BLEU on the first N upstream test pairs too (0: not measured)
 
 
 @dataclass

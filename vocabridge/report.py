@@ -50,8 +50,8 @@ PAPER_TABLES = (SATO_TABLE_3, LIU_TABLE_2)
 PUBLISHED = pd.DataFrame([(ours, bleu, paper.source) for paper in PAPER_TABLES for _, ours, bleu in paper.rows],
                          columns=["method", "bleu", "source"])
 
-COLUMNS = ["method", "bleu", "bleu_ci", "chrf", "ter", "delta_bleu", "p_value", "src_vocab", "tgt_vocab",
-           "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "updates", "best_update",
+COLUMNS = ["method", "bleu", "bleu_ci", "chrf", "ter", "upstream_bleu", "delta_bleu", "p_value", "src_vocab",
+           "tgt_vocab", "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "updates", "best_update",
            "dev_bleu_auc", "updates_to_threshold", "zero_shot_dev_bleu", "zero_shot_dev_ppl", "loo_cos_src",
            "loo_cos_tgt", "source"]
 
@@ -93,6 +93,33 @@ def neighbours_markdown(diagnostics: dict[str, dict]) -> str:
                 lines.append(f"| {token} | {nb['kind']} | {' '.join(nb['cbow'])} | {' '.join(nb['pretrained'])} |")
             lines.append("")
     return "\n".join(lines)
+
+
+def forgetting_table(table: pd.DataFrame, groups: dict[str, list[str]]) -> pd.DataFrame:
+    """Per group of seeds: mean test BLEU on the downstream domain and on the upstream one (what adapting cost)."""
+    ours = table[table["source"] == "vocabridge"].set_index("method")
+    rows = [{"group": label, "seeds": len(members), "bleu": round(float(ours.loc[members, "bleu"].mean()), 2),
+             "upstream_bleu": round(float(ours.loc[members, "upstream_bleu"].mean()), 2)}
+            for label, members in groups.items() if ours.loc[members, "upstream_bleu"].notna().all()]
+    return pd.DataFrame(rows, columns=["group", "seeds", "bleu", "upstream_bleu"])
+
+
+def forgetting_plot(forgetting: pd.DataFrame, path: Path) -> None:
+    """The trade-off: downstream BLEU against upstream BLEU, one point per group of seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5), dpi=120)
+    ax.scatter(forgetting["upstream_bleu"], forgetting["bleu"], color="#4878a8")
+    for row in forgetting.itertuples():
+        ax.annotate(row.group, (row.upstream_bleu, row.bleu), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set(xlabel="upstream (original domain) test BLEU", ylabel="downstream test BLEU",
+           title="What adapting gains and what it forgets (mean over seeds)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def bleu_plot(table: pd.DataFrame, path: Path) -> None:
