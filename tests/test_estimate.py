@@ -81,7 +81,10 @@ def test_training_stages_cost_updates_and_dev_evaluations(tmp_path):
     assert stage_seconds("finetune@in-domain", params, machine(), 1, tmp_path) == pytest.approx(expected)
     assert stage_seconds("finetune@out-domain", params, machine(), 1, tmp_path) == pytest.approx(start + 1)
     params.prepare.downstream.test_size = 1000
+    params.evaluate.upstream_sentences = 0
     assert stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 60)
+    params.evaluate.upstream_sentences = 500  # forgetting: 500 upstream sentences more, at the same price
+    assert stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 90)
 
 
 def test_a_stage_beside_others_takes_the_measured_slowdown(tmp_path):

@@ -441,9 +441,11 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
         kind = "finetune-upstream" if method.vocabulary == "upstream" else "finetune-downstream"
         cfg = params.finetune.train
         return start + 5 + _training(machine, kind, "downstream", cfg, cfg.threads or threads, down_dev)
-    if group == "evaluate":
+    if group == "evaluate":  # the downstream test set, and the upstream one's first sentences (forgetting)
         test = _count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
-        return start + 4 + test * _at(machine.beam, threads)
+        up_test = _count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
+        upstream = min(params.evaluate.upstream_sentences, up_test)
+        return start + 4 + (test + upstream) * _at(machine.beam, threads)
     if group == "report":
         return start + 5 + 2 * len(params.methods)
     return start
