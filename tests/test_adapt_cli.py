@@ -111,3 +111,40 @@ def test_adapt_bad_input_is_one_line_and_writes_nothing(user_files):
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and message in errors[0], proc.stderr  # progress bars may precede it
         assert not out.exists()
+
+
+def vocabridge(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vocabridge.cli", *args], capture_output=True, text=True,
+                          env=project_env(), timeout=600)
+
+
+def test_adapt_then_finetune_then_translate_a_users_model(user_files):
+    """The practitioner's path without the pipeline: adapt, fine-tune on in-domain pairs (resumable), translate."""
+    adapted, tuned = user_files / "path-adapted", user_files / "path-tuned"
+    proc = adapt("--model", str(user_files / "opus-mt"), "--src-text", str(user_files / "bible.de"),
+                 "--tgt-text", str(user_files / "bible.en"), "--out", str(adapted), "--method", "ft-tgtv-random",
+                 "--vocab-size", "60")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pairs = ["--src-train", str(user_files / "bible.de"), "--tgt-train", str(user_files / "bible.en"),
+             "--src-dev", str(user_files / "bible.de"), "--tgt-dev", str(user_files / "bible.en")]
+    options = ["--max-updates", "6", "--eval-every", "3", "--checkpoint-every", "3", "--batch-tokens", "300",
+               "--dev-sentences", "5", "--threads", "1", "--bf16", "false", "--warmup", "2", "--lr", "0.003"]
+    proc = vocabridge("finetune", "--model", str(adapted), *pairs, "--out", str(tuned), *options)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads((tuned / "metrics.json").read_text())
+    assert metrics["updates"] == 6 and (tuned / "curves" / "dev_bleu.csv").is_file()
+    again = vocabridge("finetune", "--model", str(adapted), *pairs, "--out", str(tuned), *options)
+    assert again.returncode == 0 and "resuming from the checkpoint at update 6" in again.stderr
+    tok = MarianTokenizer.from_pretrained(tuned)
+    assert AutoModelForSeq2SeqLM.from_pretrained(tuned, use_safetensors=True) and len(tok) > 0
+    hyp = user_files / "hyp.en"
+    proc = vocabridge("translate", "--model", str(tuned), "--input", str(user_files / "bible.de"), "--output",
+                      str(hyp), "--beam", "2", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(hyp.read_text(encoding="utf-8").split("\n")[:-1]) == len(DE_BIBLE)
+    short = user_files / "short.en"
+    short.write_text("\n".join(EN_BIBLE[:5]) + "\n", encoding="utf-8")
+    proc = vocabridge("finetune", "--model", str(adapted), *pairs[:2], "--tgt-train", str(short), *pairs[4:],
+                      "--out", str(user_files / "never"), *options)
+    assert proc.returncode != 0 and "short.en has 5" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert not (user_files / "never").exists()

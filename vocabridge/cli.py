@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 from ruamel.yaml import YAML
 
@@ -132,6 +133,65 @@ def audit(args: argparse.Namespace) -> tuple[list[dict], list]:
     return table_rows(audits), audits
 
 
+def finetune(args: argparse.Namespace) -> dict:
+    """`vocabridge finetune`: the pipeline's training loop on the user's pairs; resumes from --checkpoints."""
+    import shutil
+    from dataclasses import asdict
+
+    from vocabridge.config import Lang, Training
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.fileio import atomic_dir, sha256_file, write_json
+    from vocabridge.nmt.model import check_model_dir, load_model, save_model
+    from vocabridge.nmt.train import fingerprint_of, fit, use_compute, write_logs
+
+    check_model_dir(args.model)
+    files = {"train.src": args.src_train, "train.tgt": args.tgt_train, "dev.src": args.src_dev, "dev.tgt": args.tgt_dev}
+    for split in ("train", "dev"):
+        src, tgt = files[f"{split}.src"], files[f"{split}.tgt"]
+        n_src, n_tgt = len(read_text_lines(src)), len(read_text_lines(tgt))
+        if n_src != n_tgt:
+            raise ConfigError(f"finetune: {src} has {n_src} lines but {tgt} has {n_tgt}: the pairs must be aligned")
+    cfg = Training(max_updates=args.max_updates, batch_tokens=args.batch_tokens, lr=args.lr, warmup=args.warmup,
+                   eval_every=args.eval_every, dev_sentences=args.dev_sentences, select_by=args.select_by,
+                   patience=args.patience, checkpoint_every=args.checkpoint_every, threads=args.threads,
+                   bf16={"auto": "auto", "true": True, "false": False}[args.bf16], seed=args.seed)
+    checkpoints = args.checkpoints or args.out.with_name(args.out.name + ".checkpoints")
+    device = use_compute(SimpleNamespace(threads=args.threads, device=args.device))
+    model, src, tgt = load_model(args.model, str(device))
+    fingerprint = fingerprint_of("finetune", asdict(cfg), sha256_file(args.model / "model.safetensors"),
+                                 *(sha256_file(f) for f in files.values()))
+    with tempfile.TemporaryDirectory(prefix="vocabridge-finetune-") as corpus:
+        for name, path in files.items():
+            shutil.copyfile(path, Path(corpus) / name)
+        state, summary = fit(model, src, tgt, Path(corpus), Lang("src", "tgt"), cfg, checkpoints, fingerprint,
+                             "finetune")
+    with atomic_dir(args.out) as tmp:
+        save_model(model.cpu(), src, tgt, tmp)
+        write_logs(state, tmp / "curves")
+        write_json(tmp / "metrics.json", summary | {"model": str(args.model)})
+    return summary
+
+
+def translate(args: argparse.Namespace) -> dict:
+    """`vocabridge translate`: CTranslate2 beam search, plain text in and out (stdout without --output)."""
+    import sys
+
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.ct2 import translate_ct2
+    from vocabridge.fileio import atomic_file
+    from vocabridge.nmt.train import threads_of
+
+    lines = read_text_lines(args.input)
+    hyps, speed = translate_ct2(args.model, lines, beam=args.beam, length_penalty=args.length_penalty,
+                                batch_tokens=args.batch_tokens, threads=threads_of(args.threads))
+    if args.output:
+        with atomic_file(args.output) as handle:
+            handle.write("".join(f"{h}\n" for h in hyps))
+    else:
+        sys.stdout.write("".join(f"{h}\n" for h in hyps))
+    return speed
+
+
 def _d_model(model_dir: Path) -> int:
     import json
 
@@ -246,6 +306,46 @@ def main(argv: list[str]) -> None:
     au.add_argument("--out", type=Path, default=Path("audit"), help="where to write the report (default audit/)")
     au.add_argument("--seed", type=int, default=1, help="SentencePiece seed (default 1)")
     au.add_argument("--threads", type=int, default=2, help="SentencePiece training threads (default 2)")
+    ft = sub.add_parser(
+        "finetune", help="fine-tune a Marian/OPUS-MT model (adapted or not) on your in-domain pairs",
+        description="The pipeline's training loop (Adam, inverse-square-root warm-up, label smoothing, bf16 where "
+                    "this machine runs it faster, dev selection and early stopping) on your aligned pairs. Progress "
+                    "bar; checkpoints in --checkpoints, and the same command again resumes where it stopped. Writes "
+                    "the best model to --out (with metrics.json and curves/).")
+    ft.add_argument("--model", type=Path, required=True, help="the Marian/OPUS-MT directory to start from")
+    for split, what in (("train", "training pairs"), ("dev", "dev pairs (selection)")):
+        for role, lang in (("src", "source"), ("tgt", "target")):
+            ft.add_argument(f"--{role}-{split}", type=Path, required=True,
+                            help=f"{lang} side of the {what}, one sentence per line")
+    ft.add_argument("--out", type=Path, required=True, help="where to write the fine-tuned model directory")
+    ft.add_argument("--checkpoints", type=Path, default=None, help="checkpoint folder (default OUT.checkpoints)")
+    ft.add_argument("--max-updates", type=int, default=2000, help="training updates (default 2000)")
+    ft.add_argument("--batch-tokens", type=int, default=1500,
+                    help="padded tokens of the longer side per batch (default 1500)")
+    ft.add_argument("--lr", type=float, default=7e-4, help="peak learning rate (default 0.0007)")
+    ft.add_argument("--warmup", type=int, default=200, help="warm-up updates (default 200)")
+    ft.add_argument("--eval-every", type=int, default=200, help="updates between dev evaluations (default 200)")
+    ft.add_argument("--dev-sentences", type=int, default=400, help="dev pairs evaluated (default 400)")
+    ft.add_argument("--select-by", choices=("bleu", "loss"), default="bleu",
+                    help="the dev figure that picks the checkpoint: greedy BLEU or cross-entropy (default bleu)")
+    ft.add_argument("--patience", type=int, default=5, help="evaluations without gain before stopping; 0: never "
+                    "(default 5)")
+    ft.add_argument("--checkpoint-every", type=int, default=200, help="updates between checkpoints (default 200)")
+    ft.add_argument("--threads", type=int, default=0, help="torch threads; 0: every core (default 0)")
+    ft.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda (default auto)")
+    ft.add_argument("--bf16", choices=("auto", "true", "false"), default="auto",
+                    help="bf16 autocast: auto where this machine runs it faster than fp32 (default auto)")
+    ft.add_argument("--seed", type=int, default=1, help="batch order and dropout (default 1)")
+    tr = sub.add_parser("translate", help="translate plain text with a Marian/OPUS-MT model (CTranslate2 beam search)",
+                        description="One sentence per line in, one translation per line out, in input order; the "
+                                    "model directory is converted to CTranslate2 on the fly.")
+    tr.add_argument("--model", type=Path, required=True, help="the Marian/OPUS-MT directory")
+    tr.add_argument("--input", type=Path, required=True, help="source text, one sentence per line")
+    tr.add_argument("--output", type=Path, default=None, help="where to write the translations (default stdout)")
+    tr.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
+    tr.add_argument("--length-penalty", type=float, default=1.0, help="length penalty (default 1.0)")
+    tr.add_argument("--batch-tokens", type=int, default=4000, help="tokens x beam per batch (default 4000)")
+    tr.add_argument("--threads", type=int, default=0, help="CPU threads; 0: every core (default 0)")
     est = sub.add_parser(
         "estimate", help="measure this machine (under a minute) and print each stage's expected wall time",
         description="Time a few training updates of the profile's models at the flow's thread layout, greedy and "
@@ -271,6 +371,14 @@ def main(argv: list[str]) -> None:
     elif args.command == "profile":
         changed = set_profile(args.name, args.params, args.profiles)
         print(f"{args.params}: profile '{args.name}' applied, {len(changed)} keys changed")
+    elif args.command == "finetune":
+        summary = finetune(args)
+        print(f"{args.out}: best dev {summary['selected_by'].removeprefix('dev ')} at update {summary['best_update']} "
+              f"(dev BLEU {summary['best_dev_bleu']}, dev loss {summary['best_dev_loss']})")
+    elif args.command == "translate":
+        speed = translate(args)
+        if args.output:
+            print(f"{args.output}: {speed['sentences_per_second']} sentences/s")
     elif args.command == "audit":
         import pandas as pd
 
