@@ -281,6 +281,39 @@ def test_dev_loss_does_not_depend_on_how_the_sentences_are_batched(vocabs):
     assert 0 < alone < 2 * math.log(len(vocabs[1]))  # an untrained model: about log |V| nats per token
 
 
+def test_training_loss_is_the_models_own_label_smoothed_cross_entropy(vocabs, data):
+    """The loss on real target positions only (and the bias only when set) equals the cross-entropy of the
+    model's full logits with padding ignored, also with a non-zero final_logits_bias."""
+    import torch.nn.functional as F
+
+    from vocabridge.nmt.data import collate
+    from vocabridge.nmt.train import training_loss
+
+    src, tgt = vocabs
+    model = build_model(ARCH, src, tgt, seed=1).eval()
+    batch = collate(data, list(range(0, 40, 3)), src.pad_id, tgt.pad_id, tgt.pad_id)
+    assert (batch["labels"] == -100).any()  # the batch has padding to skip
+    for bias in (0.0, 0.5):
+        model.final_logits_bias.normal_(0, bias)
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+        expected = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100,
+                                   label_smoothing=0.1)
+        assert training_loss(model, batch, 0.1, bf16=False).item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_cpu_training_uses_eager_attention_with_the_same_outputs(vocabs, data):
+    from vocabridge.nmt.data import collate
+    from vocabridge.nmt.model import use_fast_attention
+
+    src, tgt = vocabs
+    model = build_model(ARCH, src, tgt, seed=1).eval()
+    batch = {k: v for k, v in collate(data, [0, 5, 9], src.pad_id, tgt.pad_id, tgt.pad_id).items() if k != "labels"}
+    model.set_attn_implementation("sdpa")
+    sdpa = model(**batch).logits
+    assert use_fast_attention(model, "cpu").config._attn_implementation == "eager"
+    assert torch.allclose(model(**batch).logits, sdpa, atol=1e-5)
+
+
 TRAIN_TWICE = """
 import hashlib, sys
 from dataclasses import replace

@@ -30,6 +30,7 @@ from types import SimpleNamespace
 import torch
 
 from vocabridge.config import Arch, Params, Training
+from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
 from vocabridge.nmt.train import apply_gradients, threads_of, training_loss
 from vocabridge.transfer import generators_needed, get_method
@@ -126,7 +127,7 @@ def _updater(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, dev
              frozen: bool) -> tuple[Callable[[], None], str]:
     """One training update as nmt.train's Trainer makes it (its loss and gradient step: Adam, label smoothing,
     clipping, its precision) on a fresh model."""
-    model = _model(arch, vocab).to(device).train()
+    model = use_fast_attention(_model(arch, vocab).to(device).train(), device)
     precision = resolve_bf16(False if frozen else cfg.bf16, device)
     if frozen:
         for name, p in model.named_parameters():
@@ -212,7 +213,7 @@ def time_greedy(arch: Arch, vocab: int, pieces: tuple[int, int], threads: int, d
                 sentences: int = 24) -> float:
     """Seconds per sentence of greedy decoding (nmt.translate, fp32), (source, target) pieces long."""
     torch.set_num_threads(threads)
-    model = _model(arch, vocab).to(device).eval()
+    model = use_fast_attention(_model(arch, vocab).to(device).eval(), device)
     ids = _sources(vocab, sentences, pieces[0], device)
     kwargs = {"num_beams": 1, "do_sample": False, "min_new_tokens": pieces[1], "max_new_tokens": pieces[1]}
     model.generate(input_ids=ids[:2], attention_mask=torch.ones_like(ids[:2]), **kwargs)

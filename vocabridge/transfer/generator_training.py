@@ -44,6 +44,7 @@ from vocabridge.config import GeneratorTraining, Resegment
 from vocabridge.errors import InputError
 from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, make_batches
+from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.vocab import Vocab
 from vocabridge.transfer.generator import Generator
 from vocabridge.transfer.morph import MorphIndex
@@ -293,6 +294,7 @@ class GeneratorTrainer:
         self.model, self.data, self.gen, self.kd_lambda, self.sides = model, data, gen, kd_lambda, sides
         self.cfg, self.reseg, self.ckpt_dir, self.fingerprint, self.name = cfg, reseg, Path(ckpt_dir), fingerprint, name
         self.device = next(model.parameters()).device
+        use_fast_attention(model, self.device)
         model.eval()  # no dropout
         for p in model.parameters():
             p.requires_grad_(False)
