@@ -32,7 +32,7 @@ import torch
 from vocabridge.config import Arch, Params, Training
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
-from vocabridge.nmt.train import apply_gradients, threads_of, training_loss
+from vocabridge.nmt.train import adam, apply_gradients, threads_of, training_loss
 from vocabridge.transfer import generators_needed, get_method
 
 # Mean pieces per training segment (source, target) when the corpora are not prepared yet: the default corpora
@@ -133,7 +133,7 @@ def _updater(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, dev
         for name, p in model.named_parameters():
             p.requires_grad_("embed_tokens" in name)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=1e-4)
+    optimizer = adam(params, 1e-4)
     batch = _batch(vocab, *pieces, cfg.batch_tokens, device)
 
     def update() -> None:

@@ -131,6 +131,12 @@ def training_loss(model: MarianMTModel, batch: dict[str, torch.Tensor], label_sm
     return F.cross_entropy(logits, batch["labels"][real], label_smoothing=label_smoothing)
 
 
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam as in Vaswani et al. (betas 0.9/0.98, eps 1e-9), fused: one kernel for all parameters, which on a
+    CPU is 5x faster than the per-tensor loop (a twentieth of an update of the default model)."""
+    return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+
+
 def apply_gradients(loss: torch.Tensor, optimizer: torch.optim.Optimizer, params, clip_norm: float) -> None:
     """Backward, clip the gradients' global norm, one optimizer step."""
     optimizer.zero_grad(set_to_none=True)
@@ -151,7 +157,7 @@ class Trainer:
         use_fast_attention(model, self.device)
         self.precision = resolve_bf16(cfg.bf16, self.device)
         self.bf16 = self.precision.bf16
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
+        self.optimizer = adam(model.parameters(), cfg.lr)
         self.scheduler = get_inverse_sqrt_schedule(self.optimizer, num_warmup_steps=max(cfg.warmup, 1))
         self.state = State()
 
