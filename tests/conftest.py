@@ -120,3 +120,76 @@ def tiny_project(tmp_path_factory, download_cache) -> Path:
 def tiny_copy(tiny_project, tmp_path) -> Path:
     """This test's own copy of the finished tiny workspace (its git state committed)."""
     return copy_workspace(tiny_project, tmp_path / "project")
+
+
+# A user's model, made here: a tiny IT-domain Marian model, and Bible text it was not made for.
+TINY_ARCH = {"d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "heads": 2, "ffn_dim": 32, "dropout": 0.0,
+             "attention_dropout": 0.0, "max_positions": 64}
+DE_IT = ["Datei öffnen", "Datei speichern unter", "Drucker nicht gefunden", "Fenster schließen"] * 30
+EN_IT = ["Open file", "Save file as", "Printer not found", "Close window"] * 30
+DE_BIBLE = ["Und Gott sprach: Es werde Licht", "Im Anfang schuf Gott Himmel und Erde",
+            "Und es ward Licht, und Gott sah das Licht"] * 30
+EN_BIBLE = ["And God said, Let there be light", "In the beginning God created the heaven and the earth",
+            "And there was light, and God saw the light"] * 30
+
+
+def _it_vocabs():
+    from vocabridge.config import SpmModel
+    from vocabridge.nmt.vocab import pair_vocabs
+    from vocabridge.tokenizers import train_spm
+
+    cfg = SpmModel(vocab_size=40, hard_vocab_limit=False)
+    return pair_vocabs(train_spm(DE_IT, cfg, 1, 1, "de"), train_spm(EN_IT, cfg, 1, 1, "en"))
+
+
+def _write_bible(root: Path) -> None:
+    (root / "bible.de").write_text("\n".join(DE_BIBLE) + "\n", encoding="utf-8")
+    (root / "bible.en").write_text("\n".join(EN_BIBLE) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def it_model(tmp_path_factory) -> Path:
+    """A folder with `opus-mt/` (the layout vocabridge writes: one vocabulary per side, decoder in/out tied) and
+    `bible.de`, `bible.en`."""
+    from types import SimpleNamespace
+
+    from vocabridge.nmt.model import build_model, save_model
+
+    root = tmp_path_factory.mktemp("it-model")
+    src, tgt = _it_vocabs()
+    save_model(build_model(SimpleNamespace(**TINY_ARCH), src, tgt, seed=0), src, tgt, root / "opus-mt")
+    _write_bible(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def opus_mt_joint(tmp_path_factory) -> Path:
+    """The same in the layout of Helsinki-NLP's OPUS-MT models: one vocabulary (vocab.json, no
+    target_vocab.json) for both sides, one embedding matrix shared by encoder, decoder and output layer."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import MarianMTModel
+
+    from vocabridge.nmt.model import marian_config, save_model
+    from vocabridge.nmt.vocab import PAD, Vocab
+
+    root = tmp_path_factory.mktemp("opus-mt-joint")
+    src, tgt = _it_vocabs()
+    pieces = sorted({t for v in (src, tgt) for t in v.tokens[2:] if t != PAD and not t.startswith("<unused_")})
+    tokens = ["</s>", "<unk>", *pieces, PAD]
+    src, tgt = Vocab(tokens, src.sp, src.spm_bytes), Vocab(tokens, tgt.sp, tgt.spm_bytes)
+    config = marian_config(SimpleNamespace(**TINY_ARCH), len(tokens), len(tokens), len(tokens) - 1)
+    config.share_encoder_decoder_embeddings = True
+    import torch
+
+    torch.manual_seed(0)
+    model = MarianMTModel(config)
+    assert model.get_encoder().embed_tokens.weight.data_ptr() == model.lm_head.weight.data_ptr()
+    out = root / "opus-mt"
+    save_model(model, src, tgt, out)
+    (out / "target_vocab.json").unlink()
+    (out / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": False, "eos_token": "</s>",
+                                                           "unk_token": "<unk>", "pad_token": PAD}))
+    _write_bible(root)
+    return root

@@ -6,42 +6,22 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
 
-from tests.conftest import project_env
-from vocabridge.config import SpmModel
-from vocabridge.nmt.model import build_model, save_model
-from vocabridge.nmt.vocab import pair_vocabs
-from vocabridge.tokenizers import train_spm
-
-ARCH = SimpleNamespace(d_model=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32, dropout=0.0,
-                       attention_dropout=0.0, max_positions=64)
-DE_IT = ["Datei öffnen", "Datei speichern unter", "Drucker nicht gefunden", "Fenster schließen"] * 30
-EN_IT = ["Open file", "Save file as", "Printer not found", "Close window"] * 30
-DE_BIBLE = ["Und Gott sprach: Es werde Licht", "Im Anfang schuf Gott Himmel und Erde",
-            "Und es ward Licht, und Gott sah das Licht"] * 30
-EN_BIBLE = ["And God said, Let there be light", "In the beginning God created the heaven and the earth",
-            "And there was light, and God saw the light"] * 30
-
-
-@pytest.fixture(scope="module")
-def user_files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("adapt")
-    spm_cfg = SpmModel(vocab_size=40, hard_vocab_limit=False)
-    src, tgt = pair_vocabs(train_spm(DE_IT, spm_cfg, 1, 1, "de"), train_spm(EN_IT, spm_cfg, 1, 1, "en"))
-    save_model(build_model(ARCH, src, tgt, seed=0), src, tgt, root / "opus-mt")
-    (root / "bible.de").write_text("\n".join(DE_BIBLE) + "\n", encoding="utf-8")
-    (root / "bible.en").write_text("\n".join(EN_BIBLE) + "\n", encoding="utf-8")
-    return root
+from tests.conftest import DE_BIBLE, EN_BIBLE, project_env
 
 
 def adapt(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vocabridge.cli", "adapt", *args], capture_output=True, text=True,
                           env=project_env(), timeout=600)
+
+
+@pytest.fixture(scope="module")
+def user_files(it_model):
+    return it_model
 
 
 def test_adapt_writes_a_model_that_transformers_loads(user_files):
@@ -148,3 +128,34 @@ def test_adapt_then_finetune_then_translate_a_users_model(user_files):
                       "--out", str(user_files / "never"), *options)
     assert proc.returncode != 0 and "short.en has 5" in proc.stderr and len(proc.stderr.splitlines()) == 1
     assert not (user_files / "never").exists()
+
+
+@pytest.mark.parametrize("extend", [0, 20])
+def test_adapt_an_opus_mt_model_with_one_joint_vocabulary_replacing_or_extending(opus_mt_joint, extend):
+    """fwet on Helsinki-NLP's layout (one vocab.json, one shared embedding matrix); `--extend N` keeps every token
+    and row of the model and appends pieces of the vocabulary trained on the user's text."""
+    model_dir, out = opus_mt_joint / "opus-mt", opus_mt_joint / f"fwet-extend-{extend}"
+    proc = adapt("--model", str(model_dir), "--src-text", str(opus_mt_joint / "bible.de"),
+                 "--tgt-text", str(opus_mt_joint / "bible.en"), "--out", str(out), "--method", "fwet",
+                 "--vocab-size", "60", "--extend", str(extend))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    diagnostics = json.loads((out / "diagnostics.json").read_text())
+    old_tok, tok = MarianTokenizer.from_pretrained(model_dir), MarianTokenizer.from_pretrained(out)
+    old_model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, use_safetensors=True)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out, use_safetensors=True)
+    if not extend:
+        assert diagnostics["src_extension"] is None and diagnostics["decoder"]["rows"]["projected"] > 0
+        return
+    for role, side in (("src", "encoder"), ("tgt", "decoder")):
+        info = diagnostics[f"{role}_extension"]
+        assert 0 < info["appended"] <= extend and info["fertility"]["after"] < info["fertility"]["before"]
+        rows, old_rows = getattr(model.model, side).embed_tokens.weight, old_model.model.shared.weight
+        vocab = json.loads((out / ("vocab.json" if role == "src" else "target_vocab.json")).read_text())
+        for token, old_id in old_tok.get_vocab().items():  # every token of the model kept, with its row
+            if token != "<pad>":
+                assert torch.equal(rows[vocab[token]], old_rows[old_id]), token
+    word = diagnostics["src_extension"]["first"][0][1:]  # the appended piece that saves most: a Bible word
+    new_ids = tok([word], return_tensors="pt")["input_ids"][0].tolist()
+    assert len(new_ids) == 2 < len(old_tok([word])["input_ids"][0])  # one piece and </s>
+    with torch.no_grad():
+        assert model.generate(input_ids=torch.tensor([new_ids]), max_new_tokens=4).shape[0] == 1

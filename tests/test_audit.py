@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 import sentencepiece as spm
 
-from tests.conftest import project_env
+from tests.conftest import DE_IT, EN_IT, project_env
 from vocabridge.audit import audit_side, barely_seen, detect_side, recommend, shattered_words
-from vocabridge.config import SpmModel
-from vocabridge.nmt.model import build_model, save_model
-from vocabridge.nmt.vocab import pair_vocabs
-from vocabridge.tokenizers import train_spm
 
-ARCH = SimpleNamespace(d_model=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32, dropout=0.0,
-                       attention_dropout=0.0, max_positions=64)
-DE_IT = ["Datei öffnen", "Datei speichern unter", "Drucker nicht gefunden", "Fenster schließen"] * 30
-EN_IT = ["Open file", "Save file as", "Printer not found", "Close window"] * 30
 WORDS = ("And God said Let there be light In the beginning created heaven earth was saw evening morning were "
          "first day firmament waters gathered together dry land appear grass herb yielding seed fruit tree "
          "kind lights greater lesser rule night stars moving creature abundantly fowl multiply").split()
@@ -29,11 +21,9 @@ EN_BIBLE = [" ".join(WORDS[(i * 7 + j * 13) % len(WORDS)] for j in range(5 + i %
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def model_dir(tmp_path_factory, it_model):
     root = tmp_path_factory.mktemp("audit")
-    cfg = SpmModel(vocab_size=40, hard_vocab_limit=False)
-    src, tgt = pair_vocabs(train_spm(DE_IT, cfg, 1, 1, "de"), train_spm(EN_IT, cfg, 1, 1, "en"))
-    save_model(build_model(ARCH, src, tgt, seed=0), src, tgt, root / "opus-mt")
+    shutil.copytree(it_model / "opus-mt", root / "opus-mt")
     (root / "bible.en").write_text("\n".join(EN_BIBLE) + "\n", encoding="utf-8")
     (root / "it.en").write_text("\n".join(EN_IT) + "\n", encoding="utf-8")
     return root

@@ -401,6 +401,57 @@ def test_every_method_builds_a_model_that_reloads(tmp_path, method, sides):
     assert out.shape[0] == 1
 
 
+@pytest.mark.parametrize("method", ["ft-tgtv-random", "va-llm", "fwet", "avg-eg", "word2vec"])
+def test_extension_keeps_every_pretrained_row_and_appends_the_new_ones(tmp_path, method):
+    de_lines = ["das haus ist gross", "das boot ist klein", "ein haus am see"] * 20
+    en_lines = ["the house is big", "the boat is small", "a house by the lake"] * 20
+    old = pair(Vocab.from_spm(_spm(tmp_path, "de_old", de_lines, 26)),
+               Vocab.from_spm(_spm(tmp_path, "en_old", en_lines, 26)))
+    pretrained = build_model(ARCH, *old, seed=0)
+    save_model(pretrained, *old, tmp_path / "pretrained")
+    new_de = [x.replace("haus", "hütte").replace("boot", "kahn") for x in de_lines]
+    new_en = [x.replace("house", "cottage").replace("boat", "canoe") for x in en_lines]
+    spms, texts, cbows = {}, {}, {}
+    for role, lines in (("src", new_de), ("tgt", new_en)):
+        spms[role] = _spm(tmp_path, f"{role}_new", lines, 30)
+        texts[role] = [tmp_path / f"text.{role}"]
+        texts[role][0].write_text("\n".join(lines) + "\n", encoding="utf-8")
+        sp = spm.SentencePieceProcessor(model_file=str(spms[role]))
+        pieces = sorted({sp.id_to_piece(i) for i in range(sp.get_piece_size())})
+        vectors = KeyedVectors(vector_size=ARCH.d_model)
+        rows = np.random.default_rng(3).normal(size=(len(pieces), ARCH.d_model)).astype(np.float32)
+        vectors.add_vectors(pieces, rows)
+        save_vectors(vectors, tmp_path / f"{role}.bin")
+        cbows[role] = tmp_path / f"{role}.bin"
+    row = {"ext": TransferMethod(method=method, extend=2, sides="both", k=2)}
+    knobs = knobs_for("ext", row)
+    assert knobs.shared == "copy"  # extension keeps the pretrained rows, whatever the method's default
+    res = Resources(pretrained=tmp_path / "pretrained", downstream_spm=spms, cbow=cbows, text=texts, knobs=knobs)
+    model, src, tgt, diagnostics = get_method("ext", row).build(res)
+    sides = ((src, old[0], model.get_encoder(), pretrained.get_encoder(), "src"),
+             (tgt, old[1], model.get_decoder(), pretrained.get_decoder(), "tgt"))
+    for new_vocab, old_vocab, module, old_module, role in sides:
+        emb, old_emb = module.embed_tokens.weight, old_module.embed_tokens.weight
+        info = diagnostics[f"{role}_extension"]
+        assert 1 <= info["appended"] <= 2 and info["fertility"]["after"] < info["fertility"]["before"]
+        real = [t for t in old_vocab.tokens if t != "<pad>" and not t.startswith("<unused_")]
+        assert new_vocab.tokens[: len(real)] == real
+        for i, token in enumerate(real):  # every pretrained row as it was
+            assert torch.equal(emb[i], old_emb[old_vocab.tokens.index(token)]), token
+        assert set(info["first"]) <= set(new_vocab.tokens)
+    save_model(model, src, tgt, tmp_path / "out")
+    tok = MarianTokenizer.from_pretrained(tmp_path / "out")
+    cottage = tok(["das hütte"], return_tensors="pt")["input_ids"][0].tolist()
+    assert cottage == src.encode(["das hütte"])[0].tolist()
+
+
+def test_extension_is_refused_for_methods_that_adapt_nothing():
+    with pytest.raises(ConfigError, match="transfer.x.extend"):
+        knobs_for("x", {"x": TransferMethod(method="ft-srcv", extend=10)})
+    with pytest.raises(ConfigError, match="transfer.y.extend"):
+        knobs_for("y", {"y": TransferMethod(method="va-llm", extend=-1)})
+
+
 def test_methods_are_one_interface():
     for name in ("va-llm", "focus", "fvt"):
         assert METHODS[name].build.keywords["initializer"].func is anchors

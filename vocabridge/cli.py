@@ -60,7 +60,7 @@ def adapt(args: argparse.Namespace) -> dict:
     check_model_dir(args.model)
     method = get_method(args.method)
     knobs = knobs_for(args.method, {args.method: TransferMethod(sides=args.sides, shared=args.shared, k=args.k,
-                                                                 reg=args.reg)})
+                                                                 reg=args.reg, extend=args.extend)})
     roles = {"encoder": ("src", args.src_text), "decoder": ("tgt", args.tgt_text)}
     adapted = ["encoder", "decoder"] if knobs.sides == "both" else [knobs.sides]
     for side in adapted:
@@ -85,7 +85,8 @@ def adapt(args: argparse.Namespace) -> dict:
                 save_vectors(train_cbow(lines, sp, dim, cfg, role), cbow_files[role])
         for role in ("src", "tgt"):  # the side that is kept still needs a path; it is not read
             spm_files.setdefault(role, work / "unused.model")
-        text = {roles[side][0]: list(roles[side][1]) for side in adapted} if "text" in method.needs else {}
+        text = {roles[side][0]: list(roles[side][1]) for side in adapted} if "text" in method.needs or knobs.extend \
+            else {}
         res = Resources(pretrained=args.model, downstream_spm=spm_files, seed=args.seed, cbow=cbow_files, knobs=knobs,
                         diagnostics=Diagnostics(probes=args.probes), text=text)
         model, src, tgt, diagnostics = method.build(res)
@@ -275,6 +276,10 @@ def main(argv: list[str]) -> None:
     ad.add_argument("--k", type=int, default=None, help="va-llm: nearest shared neighbours (default 10)")
     ad.add_argument("--reg", type=float, default=None,
                     help="va-llm: regulariser x trace of the local Gram matrix (default 0.001; 0 = none)")
+    ad.add_argument("--extend", type=int, default=0, metavar="N",
+                    help="keep the model's vocabulary and append the N pieces of the vocabulary trained on your text "
+                         "that cut pieces per word most, instead of replacing it; the model's rows and its "
+                         "segmentation of other words stay as they were (default 0: replace)")
     ad.add_argument("--vocab-size", type=int, default=8000,
                     help="SentencePiece vocabulary size per language, at most (default 8000)")
     ad.add_argument("--cbow-window", type=int, default=5, help="CBOW context window (default 5)")

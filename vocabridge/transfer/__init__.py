@@ -26,6 +26,7 @@ from vocabridge.cbow import load_vectors
 from vocabridge.config import Diagnostics, TransferMethod
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import ConfigError, InputError
+from vocabridge.extension import extend_vocab
 from vocabridge.fileio import sha256_file
 from vocabridge.nmt.model import build_model, load_model
 from vocabridge.nmt.vocab import Vocab, pair_vocabs
@@ -113,12 +114,16 @@ def adapt(res: Resources, initializer: Callable, check_loo: bool = True) -> Buil
     model, old_src, old_tgt = load_model(res.pretrained)
     knobs, cfg = res.knobs, res.diagnostics
     chosen = {"encoder", "decoder"} if knobs.sides == "both" else {knobs.sides}
-    new_src = Vocab.from_spm(res.downstream_spm["src"]) if "encoder" in chosen else old_src
-    new_tgt = Vocab.from_spm(res.downstream_spm["tgt"]) if "decoder" in chosen else old_tgt
+    knob_values = {k: v for k, v in dataclasses.asdict(knobs).items() if v is not None}  # `method` for named rows
+    diagnostics = {"sides": sorted(chosen), "knobs": knob_values}
+    new_src, new_tgt = old_src, old_tgt
+    if "encoder" in chosen:
+        new_src, diagnostics["src_extension"] = adapted_vocab(old_src, "src", res)
+    if "decoder" in chosen:
+        new_tgt, diagnostics["tgt_extension"] = adapted_vocab(old_tgt, "tgt", res)
     src, tgt = pair(new_src, new_tgt)
     mats = matrices(model)
-    knob_values = {k: v for k, v in dataclasses.asdict(knobs).items() if v is not None}  # `method` for named rows
-    plans, diagnostics = {}, {"sides": sorted(chosen), "knobs": knob_values}
+    plans = {}
     for name, role, old, new in (("encoder", "src", old_src, src), ("decoder", "tgt", old_tgt, tgt)):
         emb = mats[name]
         aux_file = res.cbow.get(role)
@@ -143,6 +148,16 @@ def adapt(res: Resources, initializer: Callable, check_loo: bool = True) -> Buil
     return model, src, tgt, diagnostics
 
 
+def adapted_vocab(old: Vocab, role: str, res: Resources) -> tuple[Vocab, dict | None]:
+    """The vocabulary that replaces `old`: the adapted one, or with `extend: N` the pretrained one with N of the
+    adapted one's pieces appended (and what the extension did)."""
+    new = Vocab.from_spm(res.downstream_spm[role])
+    if not res.knobs.extend:
+        return new, None
+    text = [line for f in res.text.get(role, []) for line in read_text_lines(f)]
+    return extend_vocab(old, new.sp, text, res.knobs.extend)
+
+
 def adapted(initializer: Callable, **kw) -> Callable[[Resources], Built]:
     return partial(adapt, initializer=initializer, **kw)
 
@@ -162,7 +177,7 @@ def trained_generator(variant: str) -> Callable[[Resources], Built]:
 
 
 DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_members=10, patt_scale="code",
-                               fwet_weights="softmax", upstream="base")
+                               fwet_weights="softmax", extend=0, upstream="base")
 REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
 
 CBOW = frozenset({"cbow"})
@@ -260,6 +275,13 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
     merged = dataclasses.replace(DEFAULT_KNOBS, **get_method(name, given).defaults)
     overrides = {k: v for k, v in dataclasses.asdict(given.get(name, TransferMethod())).items() if v is not None}
     knobs = dataclasses.replace(merged, **overrides)
+    if knobs.extend < 0:
+        raise ConfigError(f"params.yaml: transfer.{name}.extend: must be >= 0 (0: replace), got {knobs.extend}")
+    if knobs.extend and not get_method(name, given).adapts:
+        raise ConfigError(f"params.yaml: transfer.{name}.extend: the method '{knobs.method or name}' does not adapt "
+                          f"a vocabulary, so there is nothing to extend")
+    if knobs.extend and "shared" not in overrides:
+        knobs = dataclasses.replace(knobs, shared="copy")  # extension keeps the pretrained rows
     if knobs.k < 1:
         raise ConfigError(f"params.yaml: transfer.{name}.k: must be at least 1, got {knobs.k}")
     if knobs.train_pairs is not None and knobs.train_pairs < 0:
