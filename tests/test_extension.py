@@ -7,9 +7,9 @@ import sentencepiece as spm
 
 from vocabridge.config import SpmModel
 from vocabridge.errors import InputError
-from vocabridge.extension import candidates, extend_spm, extend_vocab
 from vocabridge.nmt.vocab import PAD, Vocab
 from vocabridge.tokenizers import train_spm
+from vocabridge.transfer.extension import candidates, extend_spm, extend_vocab
 
 UP = [f"the program number {i} runs on the server and writes the file" for i in range(200)]
 DOWN = [f"then jerusalem sang to the prophets and the kings of israel {i}" for i in range(200)]

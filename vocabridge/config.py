@@ -230,7 +230,7 @@ class TransferMethod:
     train_pairs: int | None = None  # fine-tune on N downstream pairs (a seeded sample; the low-resource regime);
     #                                 0: all of them; None: finetune.train_pairs
     extend: int | None = None  # append this many pieces of the adapted vocabulary to the pretrained one instead of
-    #                            replacing it (vocabridge/extension.py; shared rows then copied); 0: replace
+    #                            replacing it (vocabridge/transfer/extension.py; shared rows then copied); 0: replace
     upstream: str | None = None  # the upstream model it starts from: `base` (the pretrain stage's) or a key of
     #                              `upstreams`; ft-tgtv, joint-vocab and bpe-drop default to the entry of their name
 

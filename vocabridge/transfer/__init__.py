@@ -6,7 +6,9 @@ one initialiser (methods.py) per adapted side through the Plan interface (plan.p
 the model (swap.py) and collects the diagnostics (diagnostics.py). att-eg, patt-eg and patt-eg-kd (Liu et al.
 2021) load the generator the `generator` stage pretrained (generator_training.py) and run `generated` with it;
 avg-eg needs no training. All four adapt the decoder only by default (the paper's Table 2); `sides: both` in
-`transfer.<method>` applies the same generator to the encoder too.
+`transfer.<method>` applies the same generator to the encoder too. With `extend: N` a row keeps the pretrained
+vocabulary and appends N pieces of the adapted one instead of replacing it (extension.py); every initialiser makes
+the appended rows.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from vocabridge.cbow import load_vectors
 from vocabridge.config import Diagnostics, TransferMethod
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import ConfigError, InputError
-from vocabridge.extension import extend_vocab
 from vocabridge.fileio import sha256_file
 from vocabridge.nmt.model import build_model, load_model
 from vocabridge.nmt.vocab import Vocab, pair_vocabs
 from vocabridge.transfer.diagnostics import leave_one_out, neighbours
+from vocabridge.transfer.extension import extend_vocab
 from vocabridge.transfer.focus_ref import build as focus_reference
 from vocabridge.transfer.generator import load_generator
 from vocabridge.transfer.methods import (

@@ -23,7 +23,6 @@ import sentencepiece as spm
 
 from vocabridge.errors import InputError
 from vocabridge.nmt.vocab import PAD, Vocab
-from vocabridge.tokenizers import pieces
 
 BOUNDARY = "\u2581"
 EPSILON = 1e-3
@@ -44,7 +43,7 @@ class Candidate:
 def candidates(old: spm.SentencePieceProcessor, new: spm.SentencePieceProcessor, text: list[str]
                ) -> list[Candidate]:
     """The adapted vocabulary's word-initial pieces that the pretrained one lacks, most pieces saved first."""
-    known = pieces(old)
+    known = {old.id_to_piece(i) for i in range(old.get_piece_size())}
     counts = Counter(p for line in new.encode(text, out_type=str) for p in line
                      if p.startswith(BOUNDARY) and len(p) > 1 and p not in known)
     names = sorted(counts)
