@@ -26,6 +26,8 @@ from vocabridge.report import (
     build_table,
     comparisons_table,
     curve_summary,
+    extension_pairs,
+    extension_table,
     forgetting_plot,
     forgetting_table,
     group_curves,
@@ -106,6 +108,10 @@ def main(argv: list[str]) -> None:
     grouped_curves = group_curves(curves, groups)
     papers = paper_sections(params, groups, hyps, refs, seeds)
     forgetting = forgetting_table(table, groups)
+    extension = extension_table(
+        extension_pairs({g: dict(keys[g]) for g in groups}),
+        lambda a, b: seed_bootstrap([hyps[m] for m in groups[a]], [hyps[m] for m in groups[b]], refs,
+                                    cfg.bootstrap_samples, cfg.seed), forgetting, diagnostics)
     text = "\n\n".join([
         to_markdown(table),
         f"## Paired comparisons (sacrebleu paired bootstrap, {cfg.bootstrap_samples} samples; p: of the null "
@@ -136,6 +142,10 @@ def main(argv: list[str]) -> None:
         f"{params.evaluate.upstream_sentences} pairs of the upstream test set (the domain the model came from), mean "
         "over each group's seeds: `forgetting.png` plots one against the other.\n\n"
         + (to_markdown(forgetting) if len(forgetting) else "Not measured (evaluate.upstream_sentences: 0)."),
+        "## Extension against replacement\n\nEach row that keeps the pretrained vocabulary and appends pieces of "
+        "the adapted one (`extend: N`) against the same method replacing the vocabulary: the difference of mean "
+        "test BLEU over seeds and sentences (as above), and upstream BLEU of each (forgetting).\n\n"
+        + (to_markdown(extension) if len(extension) else "No extension rows in this run."),
         "## The papers' tables beside ours\n\nEach published row (BLEU as published, on the paper's data) with the "
         "row of ours that runs it: mean test BLEU over its seeds and their spread. Below each table, every ordering "
         "the paper reports, tested on our rows over seeds and sentences as above: holds (the interval excludes 0, "
@@ -157,6 +167,7 @@ def main(argv: list[str]) -> None:
         grouped_curves.to_csv(tmp / "learning_curves.csv", index=False)
         learning_curves_plot(grouped_curves, threshold, tmp / "learning_curves.png")
         forgetting.to_csv(tmp / "forgetting.csv", index=False)
+        extension.to_csv(tmp / "extension.csv", index=False)
         if len(forgetting):
             forgetting_plot(forgetting, tmp / "forgetting.png")
     print(text)

@@ -63,6 +63,23 @@ def test_every_row_is_scored_on_the_upstream_test_set_too(tiny_project):
     assert "## Forgetting" in (tiny_project / "data/reports/results/report.md").read_text()
 
 
+def test_an_extension_row_keeps_the_pretrained_vocabulary_and_meets_its_replacement_row(tiny_project):
+    import pandas as pd
+
+    from vocabridge.nmt.model import load_model
+
+    _, src, tgt = load_model(tiny_project / "data/models/finetuned/extend-fwet")
+    _, old_src, old_tgt = load_model(tiny_project / "data/models/upstream/base")
+    for new, old in ((src, old_src), (tgt, old_tgt)):
+        kept = [t for t in old.tokens if t != "<pad>" and not t.startswith("<unused_")]
+        assert new.tokens[: len(kept)] == kept and len(new.tokens) > len(old.tokens)
+    info = json.loads((tiny_project / "data/diagnostics/extend-fwet.json").read_text())["tgt_extension"]
+    assert 0 < info["appended"] <= 200 and info["fertility"]["after"] < info["fertility"]["before"]
+    table = pd.read_csv(tiny_project / "data/reports/results/extension.csv")
+    assert table[["extension", "replacement"]].values.tolist() == [["extend-fwet", "fwet"]]
+    assert "## Extension against replacement" in (tiny_project / "data/reports/results/report.md").read_text()
+
+
 @e2e
 def test_the_tiny_models_are_trained(tiny_project):
     """What the tiny profile exports learned something: not the untrained update 0, and not the initial weights."""

@@ -128,3 +128,33 @@ def test_forgetting_pools_each_group_of_seeds(tmp_path):
                                       {"group": "b", "seeds": 1, "bleu": 8.0, "upstream_bleu": 35.0}]  # c: not measured
     forgetting_plot(got, tmp_path / "forgetting.png")
     assert (tmp_path / "forgetting.png").stat().st_size > 1000
+
+
+def test_extension_rows_meet_the_replacement_row_of_their_method():
+    from vocabridge.report import extension_pairs, extension_table
+    from vocabridge.significance import Comparison
+
+    keys = {"va-llm": {"method": "va-llm", "shared": "reproject", "extend": 0, "sides": "both"},
+            "va-llm-copy": {"method": "va-llm", "shared": "copy", "extend": 0, "sides": "both"},
+            "extend-va-llm": {"method": "va-llm", "shared": "copy", "extend": 2000, "sides": "both"},
+            "extend-fwet": {"method": "fwet", "shared": "copy", "extend": 2000, "sides": "both"},  # no partner
+            "fwet-decoder": {"method": "fwet", "shared": "copy", "extend": 0, "sides": "decoder"},
+            "extend-random": {"method": "ft-tgtv-random", "shared": "copy", "extend": 500, "sides": "both"},
+            "random": {"method": "ft-tgtv-random", "shared": "copy", "extend": 0, "sides": "both"}}
+    pairs = extension_pairs(keys)
+    assert pairs == [("extend-va-llm", "va-llm-copy"), ("extend-random", "random")]  # the same shared preferred
+    seen = []
+
+    def compare(a, b):
+        seen.append((a, b))
+        return Comparison(delta=1.5, ci_low=0.5, ci_high=2.5, p_value=0.01, seeds=3, reference_seeds=3,
+                          std_error=0.5, seed_std=0.3, reference_seed_std=0.3, sentence_variance=0.1)
+
+    forgetting = pd.DataFrame({"group": ["extend-va-llm", "va-llm-copy"], "upstream_bleu": [20.0, 12.0]})
+    info = {"extend-va-llm": {"tgt_extension": {"appended": 2000, "fertility": {"before": 1.9, "after": 1.4}}}}
+    got = extension_table(pairs, compare, forgetting, info)
+    assert seen == pairs
+    first = got.iloc[0].to_dict()
+    assert first["appended_tgt"] == 2000 and first["fertility_tgt"] == "1.9 -> 1.4" and first["verdict"] == "decisive"
+    assert first["upstream_bleu_extension"] == 20.0 and first["upstream_bleu_replacement"] == 12.0
+    assert got.iloc[1]["upstream_bleu_extension"] is None or pd.isna(got.iloc[1]["upstream_bleu_extension"])

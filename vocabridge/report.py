@@ -219,6 +219,45 @@ def rank_correlations(table: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def extension_pairs(keys: dict[str, dict]) -> list[tuple[str, str]]:
+    """(extension group, replacement group) pairs: a group with `extend` > 0 and the group whose knobs are the
+    same with `extend` 0 (its `shared` may differ: extension always copies the pretrained rows); one with the
+    same `shared` is preferred."""
+    pairs = []
+    for label, key in keys.items():
+        if not key.get("extend"):
+            continue
+        same = {k: v for k, v in key.items() if k not in ("extend", "shared")}
+        found = [g for g, other in keys.items() if not other.get("extend")
+                 and {k: v for k, v in other.items() if k not in ("extend", "shared")} == same]
+        found.sort(key=lambda g: keys[g].get("shared") != key.get("shared"))
+        if found:
+            pairs.append((label, found[0]))
+    return pairs
+
+
+def extension_table(pairs: list[tuple[str, str]], compare: Callable[[str, str], Comparison],
+                    forgetting: pd.DataFrame, diagnostics: dict[str, dict]) -> pd.DataFrame:
+    """Each extension row against its replacement row: test BLEU (over seeds and sentences), upstream BLEU (what
+    each forgets), and the pieces appended with the target side's pieces per word before and after."""
+    upstream = forgetting.set_index("group")["upstream_bleu"] if len(forgetting) else pd.Series(dtype=float)
+    rows = []
+    for extension, replacement in pairs:
+        c = compare(extension, replacement)
+        info = diagnostics.get(extension, {}).get("tgt_extension") or {}
+        fertility = f"{info['fertility']['before']} -> {info['fertility']['after']}" if info else None
+        rows.append({"extension": extension, "replacement": replacement, "appended_tgt": info.get("appended"),
+                     "fertility_tgt": fertility,
+                     "delta_bleu": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
+                     "verdict": "one seed: not a finding" if c.one_seed else "decisive" if c.decisive else
+                     "not decisive",
+                     "upstream_bleu_extension": upstream.get(extension), "upstream_bleu_replacement":
+                     upstream.get(replacement)})
+    return pd.DataFrame(rows, columns=["extension", "replacement", "appended_tgt", "fertility_tgt", "delta_bleu",
+                                       "ci_low", "ci_high", "p_value", "verdict", "upstream_bleu_extension",
+                                       "upstream_bleu_replacement"])
+
+
 def seed_groups(rows: list[str], key) -> dict[str, list[str]]:
     """Rows that differ only in their seed (`key(row)` equal), under the first one's name, in the rows' order."""
     label_of: dict = {}
