@@ -62,14 +62,15 @@ def test_adapt_offers_every_initialiser_that_needs_only_the_model_and_text():
     from vocabridge.cli import adapt_methods
 
     offered = adapt_methods()
-    assert {"va-llm", "fwet", "avg-eg", "word2vec", "embedding-recon", "independent-encoder", "fvt"} <= set(offered)
-    assert not {"att-eg", "focus-ref", "in-domain", "ft-srcv", "out-domain"} & set(offered)  # need more, or no rows
+    assert {"va-llm", "fwet", "avg-eg", "word2vec", "embedding-recon", "independent-encoder", "fvt", "att-eg",
+            "patt-eg", "patt-eg-kd"} <= set(offered)
+    assert not {"focus-ref", "in-domain", "ft-srcv", "out-domain"} & set(offered)  # need more, or make no rows
     assert all(m.summary for m in offered.values())  # each has its line in `adapt --help`
     proc = subprocess.run([sys.executable, "-m", "vocabridge.cli", "adapt", "--help"], capture_output=True,
                           text=True, env=project_env())
     assert proc.returncode == 0 and "fwet:" in proc.stdout
-    proc = adapt("--model", "m", "--tgt-text", "t", "--out", "never", "--method", "att-eg")  # needs a generator
-    assert proc.returncode == 2 and "invalid choice: 'att-eg'" in proc.stderr and not Path("never").exists()
+    proc = adapt("--model", "m", "--tgt-text", "t", "--out", "never", "--method", "focus-ref")  # needs a corpus
+    assert proc.returncode == 2 and "invalid choice: 'focus-ref'" in proc.stderr and not Path("never").exists()
 
 
 def test_adapt_bad_input_is_one_line_and_writes_nothing(user_files):
@@ -159,3 +160,45 @@ def test_adapt_an_opus_mt_model_with_one_joint_vocabulary_replacing_or_extending
     assert len(new_ids) == 2 < len(old_tok([word])["input_ids"][0])  # one piece and </s>
     with torch.no_grad():
         assert model.generate(input_ids=torch.tensor([new_ids]), max_new_tokens=4).shape[0] == 1
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vocabridge.cli", *args], capture_output=True, text=True,
+                          env=project_env(), timeout=600)
+
+
+def test_train_a_generator_for_an_opus_mt_model_then_adapt_with_it(opus_mt_joint, tmp_path):
+    """`train-generator` against the user's model on text it knows, then `adapt --method patt-eg-kd --generator`;
+    a generator of the wrong kind, a missing one and misaligned text are one-line errors that write nothing."""
+    from tests.conftest import DE_IT, EN_IT
+
+    (tmp_path / "it.de").write_text("\n".join(DE_IT) + "\n", encoding="utf-8")
+    (tmp_path / "it.en").write_text("\n".join(EN_IT) + "\n", encoding="utf-8")
+    model = opus_mt_joint / "opus-mt"
+    gen = tmp_path / "patt-kd.safetensors"
+    common = ("--model", str(model), "--src-text", str(tmp_path / "it.de"), "--tgt-text", str(tmp_path / "it.en"))
+    proc = cli("train-generator", *common, "--out", str(gen), "--steps", "4", "--batch-tokens", "200",
+               "--checkpoint-every", "2", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(gen.with_suffix(".json").read_text())
+    assert summary["steps"] == 4 and summary["kind"] == "patt" and summary["kd_lambda"] == 0.5
+    assert "adapt --method patt-eg-kd" in proc.stdout
+    texts = ("--src-text", str(opus_mt_joint / "bible.de"), "--tgt-text", str(opus_mt_joint / "bible.en"))
+    out = tmp_path / "adapted"
+    proc = adapt("--model", str(model), *texts, "--out", str(out), "--method", "patt-eg-kd", "--generator", str(gen),
+                 "--vocab-size", "60", "--sides", "decoder")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    diagnostics = json.loads((out / "diagnostics.json").read_text())
+    assert diagnostics["sides"] == ["decoder"] and diagnostics["decoder"]["rows"]["projected"] > 0
+    AutoModelForSeq2SeqLM.from_pretrained(out, use_safetensors=True)
+    wrong_kind = "of kind 'patt'; this method needs kind 'att'"
+    for method, extra, message in (("att-eg", ("--generator", str(gen)), wrong_kind),
+                                   ("patt-eg", (), "needs --generator FILE")):
+        proc = adapt("--model", str(model), *texts, "--out", str(tmp_path / method), "--method", method, *extra,
+                     "--vocab-size", "60")
+        assert proc.returncode != 0 and message in proc.stderr and not (tmp_path / method).exists()
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    (tmp_path / "short.en").write_text("Open file\n", encoding="utf-8")
+    proc = cli("train-generator", "--model", str(model), "--src-text", str(tmp_path / "it.de"), "--tgt-text",
+               str(tmp_path / "short.en"), "--out", str(tmp_path / "never.safetensors"))
+    assert proc.returncode != 0 and "must be aligned" in proc.stderr and not (tmp_path / "never.safetensors").exists()

@@ -42,10 +42,11 @@ def set_profile(name: str, params: Path = Path("params.yaml"), profiles: Path = 
 
 
 def adapt_methods() -> dict[str, object]:
-    """The methods `adapt` offers: every initialiser that needs no more than the user's model and text."""
+    """The methods `adapt` offers: every initialiser that needs no more than the user's model and text (and, for
+    att-eg, patt-eg and patt-eg-kd, a generator from `vocabridge train-generator`)."""
     from vocabridge.transfer import METHODS
 
-    return {name: m for name, m in METHODS.items() if m.adapts and not m.needs & {"generator", "corpus"}}
+    return {name: m for name, m in METHODS.items() if m.adapts and "corpus" not in m.needs}
 
 
 def adapt(args: argparse.Namespace) -> dict:
@@ -66,6 +67,9 @@ def adapt(args: argparse.Namespace) -> dict:
     for side in adapted:
         if not roles[side][1]:
             raise ConfigError(f"adapt: --sides {knobs.sides} needs --{roles[side][0]}-text")
+    if method.generator and not args.generator:
+        raise ConfigError(f"adapt: --method {args.method} needs --generator FILE (train one with `vocabridge "
+                          f"train-generator --variant {method.generator}`)")
     dim = _d_model(args.model)
     with tempfile.TemporaryDirectory(prefix="vocabridge-adapt-") as work:
         work = Path(work)
@@ -88,7 +92,8 @@ def adapt(args: argparse.Namespace) -> dict:
         text = {roles[side][0]: list(roles[side][1]) for side in adapted} if "text" in method.needs or knobs.extend \
             else {}
         res = Resources(pretrained=args.model, downstream_spm=spm_files, seed=args.seed, cbow=cbow_files, knobs=knobs,
-                        diagnostics=Diagnostics(probes=args.probes), text=text)
+                        diagnostics=Diagnostics(probes=args.probes), text=text,
+                        generator=args.generator if method.generator else None)
         model, src, tgt, diagnostics = method.build(res)
         diagnostics |= {"method": args.method, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                         "pretrained": str(args.model)}
@@ -171,6 +176,55 @@ def finetune(args: argparse.Namespace) -> dict:
         write_logs(state, tmp / "curves")
         write_json(tmp / "metrics.json", summary | {"model": str(args.model)})
     return summary
+
+
+# generator variants: (kind, kd_lambda) as params.yaml's defaults, and the adapt method that uses each
+VARIANTS = {"att": ("att", 0.0), "patt": ("patt", 0.0), "patt-kd": ("patt", 0.5)}
+VARIANT_METHOD = {"att": "att-eg", "patt": "patt-eg", "patt-kd": "patt-eg-kd"}
+
+
+def train_generator(args: argparse.Namespace) -> dict:
+    """`vocabridge train-generator`: an embedding generator (Liu et al. 2021) trained against the user's frozen
+    model on parallel text it translates well; resumes from --checkpoints."""
+    from dataclasses import asdict
+
+    from vocabridge.config import GeneratorTraining, Resegment
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.fileio import sha256_file, write_json
+    from vocabridge.nmt.data import Parallel
+    from vocabridge.nmt.model import check_model_dir, load_model
+    from vocabridge.nmt.train import fingerprint_of, use_compute
+    from vocabridge.transfer.generator import Generator, save_generator
+    from vocabridge.transfer.generator_training import GeneratorTrainer, summary
+
+    check_model_dir(args.model)
+    if args.out.suffix != ".safetensors":
+        raise ConfigError(f"train-generator: --out {args.out}: name it FILE.safetensors")
+    src_lines, tgt_lines = read_text_lines(args.src_text), read_text_lines(args.tgt_text)
+    if len(src_lines) != len(tgt_lines):
+        raise ConfigError(f"train-generator: {args.src_text} has {len(src_lines)} lines but {args.tgt_text} has "
+                          f"{len(tgt_lines)}: the pairs must be aligned")
+    kind, kd_lambda = VARIANTS[args.variant]
+    cfg = GeneratorTraining(steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, seed=args.seed,
+                            checkpoint_every=args.checkpoint_every, log_every=min(25, args.steps) or 1)
+    device = use_compute(SimpleNamespace(threads=args.threads, device=args.device))
+    model, src, tgt = load_model(args.model, str(device))
+    data = Parallel.encode(src_lines, tgt_lines, src, tgt, cfg.max_len)
+    if not len(data):
+        raise ConfigError(f"train-generator: no pair of {args.src_text} fits {cfg.max_len} pieces a side")
+    model_sha = sha256_file(args.model / "model.safetensors")
+    fingerprint = fingerprint_of("train-generator", args.variant, args.sides, asdict(cfg), asdict(Resegment()),
+                                 model_sha, sha256_file(args.src_text), sha256_file(args.tgt_text))
+    gen = Generator(kind, model.config.d_model, cfg.patt_scale)
+    checkpoints = args.checkpoints or args.out.with_name(args.out.stem + ".checkpoints")
+    trainer = GeneratorTrainer(model, src, tgt, data, gen, kd_lambda, cfg, Resegment(), checkpoints, fingerprint,
+                               name=f"generator {args.variant}", sides=args.sides)
+    state = trainer.train()
+    result = summary(state, trainer) | {"variant": args.variant, "sides": args.sides, "train_pairs": len(data),
+                                        "model": str(args.model)}
+    save_generator(gen, args.out, model_sha256=model_sha)
+    write_json(args.out.with_suffix(".json"), result)
+    return result
 
 
 def translate(args: argparse.Namespace) -> dict:
@@ -276,6 +330,9 @@ def main(argv: list[str]) -> None:
     ad.add_argument("--k", type=int, default=None, help="va-llm: nearest shared neighbours (default 10)")
     ad.add_argument("--reg", type=float, default=None,
                     help="va-llm: regulariser x trace of the local Gram matrix (default 0.001; 0 = none)")
+    ad.add_argument("--generator", type=Path, default=None, metavar="FILE",
+                    help="att-eg, patt-eg, patt-eg-kd: the generator `vocabridge train-generator` trained against "
+                         "this model (a .safetensors file)")
     ad.add_argument("--extend", type=int, default=0, metavar="N",
                     help="keep the model's vocabulary and append the N pieces of the vocabulary trained on your text "
                          "that cut pieces per word most, instead of replacing it; the model's rows and its "
@@ -341,6 +398,31 @@ def main(argv: list[str]) -> None:
     ft.add_argument("--bf16", choices=("auto", "true", "false"), default="auto",
                     help="bf16 autocast: auto where this machine runs it faster than fp32 (default auto)")
     ft.add_argument("--seed", type=int, default=1, help="batch order and dropout (default 1)")
+    tg = sub.add_parser("train-generator", help="train an embedding generator (Liu et al. 2021) against your model, "
+                        "for adapt's att-eg, patt-eg and patt-eg-kd",
+                        description="Train an embedding generator against your frozen model on parallel text it "
+                                    "translates well (its own training data, or a sample of it): words are "
+                                    "re-segmented at random into pieces the vocabulary lacks, the generator makes "
+                                    "their rows, and only it learns. Writes OUT (.safetensors) and OUT's .json "
+                                    "summary; resumes from --checkpoints.")
+    tg.add_argument("--model", type=Path, required=True, help="the Marian/OPUS-MT directory")
+    tg.add_argument("--src-text", type=Path, required=True, help="source side of the parallel text")
+    tg.add_argument("--tgt-text", type=Path, required=True, help="target side, aligned line by line")
+    tg.add_argument("--out", type=Path, required=True, help="where to write the generator (FILE.safetensors)")
+    tg.add_argument("--variant", choices=list(VARIANTS), default="patt-kd",
+                    help="att (Eq. 2), patt (Eq. 3), patt-kd (Eq. 3 with hidden-state distillation, lambda 0.5) "
+                         "(default patt-kd)")
+    tg.add_argument("--sides", choices=("decoder", "both"), default="decoder",
+                    help="re-segment the target side (the paper's) or both sides (default decoder)")
+    tg.add_argument("--steps", type=int, default=2000, help="Adam updates (default 2000; the paper: ~20k)")
+    tg.add_argument("--batch-tokens", type=int, default=2000, help="padded tokens per batch (default 2000)")
+    tg.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
+    tg.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints (default 100)")
+    tg.add_argument("--checkpoints", type=Path, default=None, help="checkpoint folder (default OUT's name "
+                    "with .checkpoints)")
+    tg.add_argument("--threads", type=int, default=0, help="torch threads; 0: every core (default 0)")
+    tg.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda (default auto)")
+    tg.add_argument("--seed", type=int, default=1, help="batches and re-segmentation (default 1)")
     tr = sub.add_parser("translate", help="translate plain text with a Marian/OPUS-MT model (CTranslate2 beam search)",
                         description="One sentence per line in, one translation per line out, in input order; the "
                                     "model directory is converted to CTranslate2 on the fly.")
@@ -380,6 +462,10 @@ def main(argv: list[str]) -> None:
         summary = finetune(args)
         print(f"{args.out}: best dev {summary['selected_by'].removeprefix('dev ')} at update {summary['best_update']} "
               f"(dev BLEU {summary['best_dev_bleu']}, dev loss {summary['best_dev_loss']})")
+    elif args.command == "train-generator":
+        result = train_generator(args)
+        print(f"{args.out}: {args.variant} generator after {result['steps']} steps; use it with `vocabridge adapt "
+              f"--method {VARIANT_METHOD[args.variant]} --generator {args.out}`")
     elif args.command == "translate":
         speed = translate(args)
         if args.output:

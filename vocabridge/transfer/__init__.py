@@ -62,7 +62,8 @@ class Resources:
     knobs: TransferMethod = field(default_factory=TransferMethod)  # resolved: no None left
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     corpus: Path | None = None  # the downstream corpus folder (train.LANG, mono.LANG): focus-ref trains on it
-    generator: Path | None = None  # the generator stage's folder (VARIANT.safetensors): att-eg, patt-eg, patt-eg-kd
+    generator: Path | None = None  # the generator stage's folder (VARIANT.safetensors), or one generator file:
+    #                                att-eg, patt-eg, patt-eg-kd
 
 
 Built = tuple[MarianMTModel, Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
@@ -169,8 +170,12 @@ def with_generator(res: Resources, variant: str) -> Built:
     if res.generator is None:
         raise InputError("this method needs a trained embedding generator; run `dvc repro generator`")
     dim = json.loads((res.pretrained / "config.json").read_text(encoding="utf-8"))["d_model"]
-    gen = load_generator(res.generator / f"{generator_for(variant, res.knobs.sides)}.safetensors", dim,
-                         model_sha256=sha256_file(res.pretrained / "model.safetensors"))
+    path = res.generator if res.generator.is_file() else \
+        res.generator / f"{generator_for(variant, res.knobs.sides)}.safetensors"  # a file: `adapt --generator`
+    gen = load_generator(path, dim, model_sha256=sha256_file(res.pretrained / "model.safetensors"))
+    kind = "att" if variant == "att" else "patt"
+    if gen.kind != kind:
+        raise InputError(f"{path}: a generator of kind '{gen.kind}'; this method needs kind '{kind}'")
     return adapt(res, partial(generated, generator=gen))
 
 
