@@ -92,8 +92,9 @@ def dev_bleu(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], r
 
 @torch.inference_mode()
 def dev_loss(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str],
-             batch_size: int = 32) -> float:
-    """Mean cross-entropy per reference token (nats, no label smoothing, fp32), teacher-forced."""
+             batch_size: int = 32, bf16: bool = False) -> float:
+    """Mean cross-entropy per reference token (nats, no label smoothing), teacher-forced; the forward pass in the
+    training's precision (`bf16`), the loss in fp32."""
     was_training = model.training
     model.eval()
     data = Parallel.encode(sources, refs, src, tgt, max_len=model.config.max_position_embeddings)
@@ -104,10 +105,9 @@ def dev_loss(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], r
         batch = collate(data, order[start : start + batch_size], src.pad_id, tgt.pad_id,
                         model.config.decoder_start_token_id)
         batch = {k: v.to(device) for k, v in batch.items()}
-        labels = batch.pop("labels")
-        logits = model(**batch).logits.float()
-        loss += F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="sum").item()
-        tokens += int((labels != -100).sum())
+        real = int((batch["labels"] != -100).sum())
+        loss += training_loss(model, batch, 0.0, bf16).item() * real
+        tokens += real
     model.train(was_training)
     return round(loss / max(tokens, 1), 4)
 
@@ -203,7 +203,7 @@ class Trainer:
         started = time.perf_counter()
         bleu = dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
         decoded = time.perf_counter()
-        loss = dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref)
+        loss = dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, bf16=self.bf16)
         st.dev_bleu_seconds += decoded - started
         st.dev_loss_seconds += time.perf_counter() - decoded
         self.model.train()
