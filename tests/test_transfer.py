@@ -445,6 +445,11 @@ def test_extension_keeps_every_pretrained_row_and_appends_the_new_ones(tmp_path,
     assert cottage == src.encode(["das hütte"])[0].tolist()
 
 
+def test_a_generator_row_on_another_upstream_model_is_a_named_error():
+    with pytest.raises(ConfigError, match="transfer.g.upstream: 'ft-tgtv'"):
+        knobs_for("g", {"g": TransferMethod(method="patt-eg-kd", upstream="ft-tgtv")})
+
+
 def test_extension_is_refused_for_methods_that_adapt_nothing():
     with pytest.raises(ConfigError, match="transfer.x.extend"):
         knobs_for("x", {"x": TransferMethod(method="ft-srcv", extend=10)})

@@ -287,6 +287,9 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
     if knobs.extend and not get_method(name, given).adapts:
         raise ConfigError(f"params.yaml: transfer.{name}.extend: the method '{knobs.method or name}' does not adapt "
                           f"a vocabulary, so there is nothing to extend")
+    if get_method(name, given).generator and knobs.upstream != "base":
+        raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}': the generator stage trains "
+                          f"its generators against the base model only; this method runs on `base`")
     if knobs.extend and "shared" not in overrides:
         knobs = dataclasses.replace(knobs, shared="copy")  # extension keeps the pretrained rows
     if knobs.k < 1:
