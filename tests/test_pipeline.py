@@ -63,6 +63,7 @@ def test_every_row_is_scored_on_the_upstream_test_set_too(tiny_project):
     assert "## Forgetting" in (tiny_project / "data/reports/results/report.md").read_text()
 
 
+@e2e
 def test_an_extension_row_keeps_the_pretrained_vocabulary_and_meets_its_replacement_row(tiny_project):
     import pandas as pd
 
