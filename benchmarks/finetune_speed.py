@@ -69,11 +69,14 @@ def run_side_by_side(jobs: dict[str, tuple[Path, Path]], stage: str, row: str, l
     started = time.perf_counter()
     procs = {label: start(tree, work, stage, row, logs / f"{label}-{stage}-{row}.log")
              for label, (tree, work) in jobs.items()}
-    seconds = {}
-    for label, proc in procs.items():
-        if proc.wait():
-            sys.exit(f"{stage} {row} ({label}) failed: see {logs / f'{label}-{stage}-{row}.log'}")
-        seconds[label] = time.perf_counter() - started
+    seconds: dict[str, float] = {}
+    while len(seconds) < len(procs):  # each one's own end, not the last one's
+        for label, proc in procs.items():
+            if label not in seconds and proc.poll() is not None:
+                if proc.returncode:
+                    sys.exit(f"{stage} {row} ({label}) failed: see {logs / f'{label}-{stage}-{row}.log'}")
+                seconds[label] = time.perf_counter() - started
+        time.sleep(0.1)
     return seconds
 
 
