@@ -14,7 +14,7 @@ from vocabridge.fileio import sha256_file
 
 e2e = pytest.mark.e2e
 METHODS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd",
-           "patt-eg-kd-both", "fwet", "ft-tgtv-random+s2", "va-llm+low"]
+           "patt-eg-kd-both", "fwet", "ft-tgtv-random+s2", "va-llm+low", "extend-fwet"]
 ADAPTED = ["ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
 
 
