@@ -14,6 +14,50 @@ from pathlib import Path
 from flows.errors import FlowError, StageError
 
 BUSY = re.compile(r"is busy, it is being blocked by|Unable to acquire lock")
+# DVC rewrites dvc.lock in place: a run killed at that moment (a session's end, an out-of-memory kill) leaves
+# it empty, and every finished stage looks new. The flow keeps the last readable copy after each stage.
+LOCK_BACKUP = Path(".dvc/tmp/dvc.lock.last-good")
+
+
+def readable_lock(path: Path) -> bool:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("stages"), dict)
+
+
+def keep_lock(workspace: Path) -> None:
+    """Copy dvc.lock to LOCK_BACKUP (atomically) when it reads as a lock file."""
+    lock, backup = workspace / "dvc.lock", workspace / LOCK_BACKUP
+    if not readable_lock(lock):
+        return
+    backup.parent.mkdir(parents=True, exist_ok=True)
+    tmp = backup.with_suffix(".tmp")
+    tmp.write_bytes(lock.read_bytes())
+    os.replace(tmp, backup)
+
+
+def restore_lock(workspace: Path, log: Callable[[str], None] | None = None) -> bool:
+    """Put the last readable dvc.lock back when the current one is empty or unreadable; True when it did.
+
+    Safe in one direction only, the right one: a stage that finished after the copy has no entry (or an older
+    one) in it, so DVC runs that stage again; none is skipped that should run."""
+    lock, backup = workspace / "dvc.lock", workspace / LOCK_BACKUP
+    if not lock.exists() or readable_lock(lock):
+        return False
+    if not readable_lock(backup):
+        raise FlowError(f"{lock}: empty or unreadable (a run killed while DVC wrote it?) and no earlier copy in "
+                        f"{LOCK_BACKUP}; take it from git (`git checkout dvc.lock`) or record the finished stages "
+                        f"again with `dvc commit -f STAGE`")
+    os.replace(lock, lock.with_name("dvc.lock.unreadable"))
+    lock.write_bytes(backup.read_bytes())
+    if log:
+        log(f"{lock}: empty or unreadable; restored the copy kept after the last finished stage ({LOCK_BACKUP}); "
+            f"the unreadable one is dvc.lock.unreadable")
+    return True
 
 
 def dvc_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -100,6 +144,7 @@ def repro_stage(stage: str, workspace: Path, log: Callable[[str], None] | None =
     while True:
         proc = dvc(args, workspace, log, env={"VOCABRIDGE_THREADS": str(threads)} if threads else None)
         if proc.returncode == 0:
+            keep_lock(workspace)
             return StageRun(stage, outcome(proc.stdout, stage), time.time() - started, started, waited)
         if BUSY.search(proc.stdout) and time.time() - started < lock_timeout:
             waited += 1

@@ -26,7 +26,7 @@ from prefect.tasks import exponential_backoff
 
 from flows import experiment
 from flows.dag import Dag, Stage, load_dag
-from flows.dvcrun import StageRun, dvc_ok, git, repro_stage
+from flows.dvcrun import StageRun, dvc_ok, git, repro_stage, restore_lock
 from flows.errors import FlowError, StageError
 from flows.report import markdown, stages_table
 from vocabridge.ledger import RUN_RECORD
@@ -203,6 +203,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
         run_ws = experiment.create(ws, name, profile, overrides)
         logger.info("experiment %s in %s: profile=%s overrides=%s", name, run_ws, profile, overrides)
     try:
+        restore_lock(run_ws, logger.warning)
         dag = load_dag(run_ws).select(targets, methods)
         remote = remote_settings(run_ws, remote_stages, stage_deployment, git_url)
         if remote and is_experiment:

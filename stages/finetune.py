@@ -14,13 +14,10 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import numpy as np
-
 from stages import _paths as paths
-from vocabridge.corpora.user import read_text_lines
+from vocabridge.corpora.sample import sample_pairs
 from vocabridge.entry import run
-from vocabridge.errors import ConfigError
-from vocabridge.fileio import atomic_dir, sha256_file, write_json, write_lines
+from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.model import copy_model_dir, load_model, save_model
 from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.transfer import get_method
@@ -55,20 +52,6 @@ def main(argv: list[str]) -> None:
     write_logs(state, plots)
     write_json(paths.METRICS / "finetune" / f"{name}.json", summary)
     print(summary)
-
-
-def sample_pairs(corpus: Path, lang, n: int, out: Path, key: str) -> Path:
-    """A corpus folder with `n` training pairs drawn from `corpus` (a fixed sample: the same for every row and
-    seed, in corpus order) and the same dev set; `key` names the param in errors."""
-    src, tgt = read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}")
-    if not 0 < n <= len(src):
-        raise ConfigError(f"params.yaml: {key}: {n} is not between 1 and the {len(src)} training pairs of {corpus}")
-    keep = np.sort(np.random.default_rng(0).permutation(len(src))[:n])
-    for code, lines in ((lang.src, src), (lang.tgt, tgt)):
-        write_lines(out / f"train.{code}", [lines[i] for i in keep])
-        for split in ("dev", "test"):
-            (out / f"{split}.{code}").write_bytes((corpus / f"{split}.{code}").read_bytes())
-    return out
 
 
 if __name__ == "__main__":

@@ -338,3 +338,23 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
     ks = {name: exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["transfer"]["va-llm"]["k"]
           for name, exp in experiments.items() if name.startswith("k-")}
     assert ks == {"k-1": 1, "k-5": 5, "k-10": 10, "k-20": 20}
+
+
+def test_a_dvc_lock_emptied_by_a_killed_run_is_restored_from_the_last_readable_copy(tmp_path):
+    from flows.dvcrun import LOCK_BACKUP, keep_lock, restore_lock
+
+    lock = tmp_path / "dvc.lock"
+    lock.write_text("schema: '2.0'\nstages:\n  pretrain:\n    cmd: python -m stages.pretrain\n")
+    good = lock.read_bytes()
+    assert not restore_lock(tmp_path)  # readable: left alone
+    keep_lock(tmp_path)
+    assert (tmp_path / LOCK_BACKUP).read_bytes() == good
+    lock.write_text("")  # killed while DVC rewrote it
+    keep_lock(tmp_path)  # an unreadable lock never replaces the copy
+    logged = []
+    assert restore_lock(tmp_path, logged.append) and lock.read_bytes() == good
+    assert (tmp_path / "dvc.lock.unreadable").read_text() == "" and "restored" in logged[0]
+    (tmp_path / LOCK_BACKUP).unlink()
+    lock.write_text("stages: [half")
+    with pytest.raises(FlowError, match=r"dvc.lock: empty or unreadable .* `dvc commit -f STAGE`"):
+        restore_lock(tmp_path)

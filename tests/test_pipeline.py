@@ -444,19 +444,21 @@ def test_pretraining_can_start_from_cbow_rows(tiny_copy):
 @e2e
 def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
     """ft-tgtv, joint-vocab and bpe-drop: upstream@NAME pretrains the base recipe with the downstream vocabularies,
-    vocabularies trained on both domains' text, or sampled segmentations; each row fine-tunes its own model."""
+    vocabularies trained on both domains' text, or sampled segmentations; each row fine-tunes its own model. mdl:
+    the downstream training sample mixed in behind domain tags, evaluated as it is."""
     import torch
 
     from vocabridge.nmt.model import load_model
+    from vocabridge.nmt.vocab import domain_tag
 
     rows = ["ft-tgtv", "joint-vocab", "bpe-drop"]
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
     params["upstreams"] = {"ft-tgtv": {"vocab": "downstream"}, "joint-vocab": {"vocab": "joint"},
-                           "bpe-drop": {"sampling_alpha": 0.2}}
-    params["methods"] += [*rows, "typo"]
+                           "bpe-drop": {"sampling_alpha": 0.2}, "mdl": {"vocab": "joint", "mix_downstream": True}}
+    params["methods"] += [*rows, "mdl", "typo"]
     params["transfer"]["typo"] = {"method": "ft-srcv", "upstream": "ft-tgvt"}
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    proc = run(["dvc", "repro", *(f"finetune@{row}" for row in rows)], tiny_copy)
+    proc = run(["dvc", "repro", *(f"finetune@{row}" for row in rows), "evaluate@mdl"], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Running stage 'pretrain'" not in proc.stdout  # the base model is not retrained
     base, base_src, base_tgt = load_model(tiny_copy / "data/models/upstream/base")
@@ -478,6 +480,17 @@ def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
             weights = model.get_encoder().embed_tokens.weight
             assert not torch.allclose(weights, base.get_encoder().embed_tokens.weight)
         assert json.loads((tiny_copy / f"data/metrics/finetune/{row}.json").read_text())["best_update"] > 0
+    mdl = json.loads((tiny_copy / "data/metrics/upstream/mdl.json").read_text())
+    assert mdl["mix_downstream"] and mdl["updates"] == params["pretrain"]["train"]["max_updates"]
+    sample = params["finetune"]["train_pairs"]
+    assert sample * 0.9 < mdl["pairs_by_domain"]["downstream"] <= sample  # the rows' sample (within max_len)
+    assert mdl["pairs_by_domain"]["upstream"] == json.loads((tiny_copy / "data/metrics/pretrain.json").read_text())[
+        "train_pairs"]
+    model, src, tgt = load_model(tiny_copy / "data/models/finetuned/mdl")
+    assert tgt.id_of(domain_tag("downstream")) == tgt.id_of(domain_tag("upstream")) + 1
+    assert json.loads((tiny_copy / "data/metrics/finetune/mdl.json").read_text())["updates"] == 0
+    hyps = (tiny_copy / "data/eval/mdl/hyp.txt").read_text(encoding="utf-8")
+    assert "<domain:" not in hyps and json.loads((tiny_copy / "data/eval/mdl/metrics.json").read_text())["bleu"] >= 0
     proc = run(["python", "-m", "stages.transfer", "typo"], tiny_copy)
     assert proc.returncode != 0 and "transfer.typo.upstream: 'ft-tgvt' is not an upstream model" in proc.stderr
     assert not (tiny_copy / "data/models/init/typo").exists()

@@ -98,7 +98,7 @@ def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering
     layout = paper_layout(SATO_TABLE_3, seeds, group_of).set_index("paper_row")
     assert layout.loc["VA-LLM", "published_bleu"] == 26.40 and layout.loc["VA-LLM", "bleu_mean"] == 10.2
     assert layout.loc["VA-LLM", "seeds"] == 3 and pd.isna(layout.loc["FT-tgtV", "bleu_mean"])  # not run here
-    assert list(layout.index)[:3] == ["Out-domain", "In-domain", "FT-srcV"]  # the paper's order
+    assert list(layout.index)[:4] == ["Out-domain", "In-domain", "MDL", "FT-srcV"]  # the paper's order
 
     def comparison(delta, low, high, seeds=3):
         return Comparison(delta=delta, ci_low=low, ci_high=high, p_value=0.01, seeds=seeds, reference_seeds=3,

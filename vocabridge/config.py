@@ -195,13 +195,16 @@ class Pretrain:
 class UpstreamModel:
     """One more upstream model, pretrained like `pretrain` (same corpus, architecture and training) but with
     another vocabulary or subword regularisation: the baselines that adapt the vocabulary *before* pretraining.
-    The rows ft-tgtv, joint-vocab and bpe-drop fine-tune the entry of their own name."""
+    The rows ft-tgtv, joint-vocab and bpe-drop fine-tune the entry of their own name; the row mdl evaluates its own."""
 
     vocab: Literal["upstream", "downstream", "joint"] = "upstream"  # upstream: the pretrained model's (spm
     #   upstream); downstream: the adapted rows' (spm downstream; Sato et al.'s FT-tgtV, Liu et al.'s Downstream
     #   Vocab); joint: SentencePiece trained on both domains' text at spm.upstream's sizes (Liu et al.'s Joint Vocab)
     sampling_alpha: float = 0.0  # > 0: every epoch re-segments the training text by sampling (subword
     #   regularisation; BPE-Drop, Provilkov et al. 2020, with our unigram models' sampling, Kudo 2018)
+    mix_downstream: bool = False  # true: the downstream training pairs (finetune.train_pairs' sample) join the
+    #   upstream corpus, each target led by its domain's tag, and the downstream dev set selects the checkpoint:
+    #   target-token mixing (Britz et al. 2017), Sato et al. 2020's MDL (with vocab: joint, as there)
 
 
 @dataclass

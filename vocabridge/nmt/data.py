@@ -17,15 +17,20 @@ class Parallel:
 
     @classmethod
     def encode(cls, src_lines: list[str], tgt_lines: list[str], src: Vocab, tgt: Vocab, max_len: int,
-               alpha: float = 0.0, seed: int = 0) -> Parallel:
+               alpha: float = 0.0, seed: int = 0, tgt_prefix: int | None = None) -> Parallel:
         """Encode both sides (alpha > 0: sampled segmentations, see Vocab.encode); pairs with a side longer than
-        `max_len` tokens are skipped."""
+        `max_len` tokens are skipped. `tgt_prefix`: a token id put before every target (a domain tag)."""
         s, t = src.encode(src_lines, alpha, seed), tgt.encode(tgt_lines, alpha, seed + 1)
+        if tgt_prefix is not None:
+            t = [np.insert(ids, 0, tgt_prefix) for ids in t]
         keep = [i for i in range(len(s)) if len(s[i]) <= max_len and len(t[i]) <= max_len]
         return cls([s[i] for i in keep], [t[i] for i in keep])
 
     def __len__(self) -> int:
         return len(self.src)
+
+    def __add__(self, other: Parallel) -> Parallel:
+        return Parallel(self.src + other.src, self.tgt + other.tgt)
 
     def target_tokens(self) -> int:
         return int(sum(len(t) for t in self.tgt))

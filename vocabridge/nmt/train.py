@@ -35,7 +35,7 @@ from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import resolve_bf16, usable_cores
 from vocabridge.nmt.translate import translate
-from vocabridge.nmt.vocab import Vocab
+from vocabridge.nmt.vocab import Vocab, domain_tag
 
 
 class TrainingError(VocabridgeError):
@@ -92,12 +92,14 @@ def dev_bleu(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], r
 
 @torch.inference_mode()
 def dev_loss(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str],
-             batch_size: int = 32, bf16: bool = False) -> float:
+             batch_size: int = 32, bf16: bool = False, tgt_prefix: int | None = None) -> float:
     """Mean cross-entropy per reference token (nats, no label smoothing), teacher-forced; the forward pass in the
-    training's precision (`bf16`), the loss in fp32."""
+    training's precision (`bf16`), the loss in fp32. `tgt_prefix`: the domain tag the model was trained to emit
+    first (counted as a token of each reference)."""
     was_training = model.training
     model.eval()
-    data = Parallel.encode(sources, refs, src, tgt, max_len=model.config.max_position_embeddings)
+    data = Parallel.encode(sources, refs, src, tgt, max_len=model.config.max_position_embeddings,
+                           tgt_prefix=tgt_prefix)
     order = np.argsort([len(t) for t in data.tgt])
     device = next(model.parameters()).device
     loss, tokens = 0.0, 0
@@ -147,8 +149,10 @@ def apply_gradients(loss: torch.Tensor, optimizer: torch.optim.Optimizer, params
 
 class Trainer:
     def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, dev: tuple[list[str], list[str]],
-                 cfg, ckpt_dir: Path, fingerprint: dict, name: str, resample: Callable[[int], Parallel] | None = None):
+                 cfg, ckpt_dir: Path, fingerprint: dict, name: str, resample: Callable[[int], Parallel] | None = None,
+                 dev_prefix: int | None = None):
         self.model, self.src, self.tgt, self.data, self.cfg = model, src, tgt, data, cfg
+        self.dev_prefix = dev_prefix  # the dev set's domain tag (target-token mixing), for the dev loss
         self.resample = resample  # epoch -> that epoch's training data (subword regularisation); None: `data`
         self._data_epoch = 0  # the epoch `data` was sampled for (resample(0) is what fit passes)
         self.dev_src, self.dev_ref = dev[0][: cfg.dev_sentences], dev[1][: cfg.dev_sentences]
@@ -203,7 +207,8 @@ class Trainer:
         started = time.perf_counter()
         bleu = dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
         decoded = time.perf_counter()
-        loss = dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, bf16=self.bf16)
+        loss = dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, bf16=self.bf16,
+                        tgt_prefix=self.dev_prefix)
         st.dev_bleu_seconds += decoded - started
         st.dev_loss_seconds += time.perf_counter() - decoded
         self.model.train()
@@ -284,23 +289,36 @@ def fingerprint_of(*parts) -> dict:
 
 
 def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, ckpt_dir: Path, fingerprint: dict,
-        name: str, sampling_alpha: float = 0.0) -> tuple[State, dict]:
+        name: str, sampling_alpha: float = 0.0, mix_with: Path | None = None) -> tuple[State, dict]:
     """Train on corpus/train.{src,tgt} with dev selection (cfg.select_by); leaves the best weights in `model`.
 
     sampling_alpha > 0: each epoch trains on its own sampled segmentation of the text (subword regularisation),
-    drawn from (seed, epoch), so that a resumed run sees the same pieces."""
-    lines = read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}")
+    drawn from (seed, epoch), so that a resumed run sees the same pieces.
+    mix_with: a second corpus folder (the new domain's) whose pairs join the training set, every target led by its
+    domain's tag (`<domain:upstream>` for `corpus`, `<domain:downstream>` for `mix_with`, which `tgt` must hold):
+    target-token mixing (Britz et al. 2017), Sato et al. 2020's MDL. The dev set is then `mix_with`'s."""
+    parts = [(corpus, None)]
+    if mix_with is not None:
+        parts = [(corpus, tgt.id_of(domain_tag("upstream"))), (mix_with, tgt.id_of(domain_tag("downstream")))]
+    lines = [(read_text_lines(folder / f"train.{lang.src}"), read_text_lines(folder / f"train.{lang.tgt}"), tag)
+             for folder, tag in parts]
+
+    def encode(alpha: float = 0.0, seed: int = 0) -> list[Parallel]:
+        return [Parallel.encode(s, t, src, tgt, cfg.max_len, alpha, seed, tag) for s, t, tag in lines]
+
     resample = None
     if sampling_alpha:
         def resample(epoch: int) -> Parallel:
-            return Parallel.encode(*lines, src, tgt, cfg.max_len, sampling_alpha, seed=2 * (cfg.seed * 1000 + epoch))
-    data = resample(0) if resample else Parallel.encode(*lines, src, tgt, cfg.max_len)
+            return sum(encode(sampling_alpha, seed=2 * (cfg.seed * 1000 + epoch)), Parallel([], []))
+    encoded = encode(sampling_alpha, seed=2 * cfg.seed * 1000) if sampling_alpha else encode()
+    data = sum(encoded, Parallel([], []))
     if not len(data):
         raise TrainingError(f"{corpus}: no training pair fits max_len={cfg.max_len}")
-    dev = (read_text_lines(corpus / f"dev.{lang.src}"), read_text_lines(corpus / f"dev.{lang.tgt}"))
+    dev_folder, dev_tag = parts[-1]
+    dev = (read_text_lines(dev_folder / f"dev.{lang.src}"), read_text_lines(dev_folder / f"dev.{lang.tgt}"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    trainer = Trainer(model, src, tgt, data, dev, cfg, ckpt_dir, fingerprint, name, resample)
+    trainer = Trainer(model, src, tgt, data, dev, cfg, ckpt_dir, fingerprint, name, resample, dev_tag)
     state = trainer.train()
     trainer.load_best()
     summary = {
@@ -315,6 +333,8 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
         "bf16": trainer.bf16, **trainer.precision.as_metrics(), "device": str(trainer.device),
         "threads": torch.get_num_threads(),
     }
+    if mix_with is not None:
+        summary["pairs_by_domain"] = {"upstream": len(encoded[0]), "downstream": len(encoded[1])}
     return state, summary
 
 

@@ -2,7 +2,9 @@
 
 OPUS-MT layout: `</s>` = 0, `<unk>` = 1, the pieces, `<pad>` last. Source and target vocabularies share one
 `pad_token_id` in a Marian config, so the shorter side is filled with `<unused_i>` entries up to the
-longer side's size (none when the sizes agree, as in every profile).
+longer side's size (none when the sizes agree, as in every profile). A target vocabulary may carry domain tags
+after its pieces (`<domain:upstream>`, `<domain:downstream>`): tokens that no text segments into, which a model
+trained by target-token mixing (Britz et al. 2017) emits first and `decode` drops.
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ import numpy as np
 import sentencepiece as spm
 
 EOS, UNK, PAD = "</s>", "<unk>", "<pad>"
+DOMAIN_TAG = "<domain:{}>"
+
+
+def domain_tag(domain: str) -> str:
+    return DOMAIN_TAG.format(domain)
+
+
+def is_domain_tag(token: str) -> bool:
+    return token.startswith("<domain:") and token.endswith(">")
 
 
 @dataclass
@@ -26,12 +37,13 @@ class Vocab:
     spm_bytes: bytes
 
     @classmethod
-    def from_spm(cls, model: bytes | str | Path, size: int | None = None) -> Vocab:
+    def from_spm(cls, model: bytes | str | Path, size: int | None = None, extra: tuple[str, ...] = ()) -> Vocab:
+        """`extra`: tokens after the pieces (domain tags), which no text segments into."""
         blob = Path(model).read_bytes() if isinstance(model, (str, Path)) else model
         sp = spm.SentencePieceProcessor(model_proto=blob)
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
                   if not (sp.is_control(i) or sp.is_unknown(i))]
-        tokens = [EOS, UNK, *pieces]
+        tokens = [EOS, UNK, *pieces, *extra]
         size = size or len(tokens) + 1
         tokens += [f"<unused_{i}>" for i in range(size - 1 - len(tokens))] + [PAD]
         return cls(tokens, sp, blob)
@@ -49,6 +61,13 @@ class Vocab:
     @property
     def pad_id(self) -> int:
         return len(self.tokens) - 1
+
+    def id_of(self, token: str) -> int:
+        """The id of `token`, e.g. a domain tag; a clear error when the vocabulary lacks it."""
+        try:
+            return self.tokens.index(token)
+        except ValueError:
+            raise KeyError(f"the vocabulary has no token {token!r}") from None
 
     @property
     def filler_ids(self) -> list[int]:
@@ -76,14 +95,15 @@ class Vocab:
 
     def decode(self, ids) -> str:
         pieces = [self.tokens[i] for i in ids if i > 1 and i != self.pad_id and i < len(self.tokens)]
-        return self.sp.decode_pieces([p for p in pieces if not p.startswith("<unused_")])
+        return self.sp.decode_pieces([p for p in pieces if not (p.startswith("<unused_") or is_domain_tag(p))])
 
     def to_json(self) -> str:
         return json.dumps({tok: i for i, tok in enumerate(self.tokens)}, ensure_ascii=False, indent=0)
 
 
-def pair_vocabs(src_spm: bytes | Path, tgt_spm: bytes | Path) -> tuple[Vocab, Vocab]:
-    """Source and target vocabularies of equal length (see the module docstring)."""
-    src, tgt = Vocab.from_spm(src_spm), Vocab.from_spm(tgt_spm)
+def pair_vocabs(src_spm: bytes | Path, tgt_spm: bytes | Path, tgt_extra: tuple[str, ...] = ()
+                ) -> tuple[Vocab, Vocab]:
+    """Source and target vocabularies of equal length (see the module docstring); `tgt_extra`: domain tags."""
+    src, tgt = Vocab.from_spm(src_spm), Vocab.from_spm(tgt_spm, extra=tgt_extra)
     size = max(len(src), len(tgt))
-    return Vocab.from_spm(src.spm_bytes, size), Vocab.from_spm(tgt.spm_bytes, size)
+    return Vocab.from_spm(src.spm_bytes, size), Vocab.from_spm(tgt.spm_bytes, size, tgt_extra)

@@ -198,6 +198,9 @@ METHODS: dict[str, Method] = {
     "ft-tgtv": Method(keep_pretrained, vocabulary="downstream", defaults={"upstream": "ft-tgtv"}),
     "joint-vocab": Method(keep_pretrained, vocabulary="joint", defaults={"upstream": "joint-vocab"}),
     "bpe-drop": Method(keep_pretrained, vocabulary="upstream", defaults={"upstream": "bpe-drop"}),
+    # multi-domain learning (Sato et al. 2020's MDL): one model trained on both domains by target-token mixing
+    # (upstreams.mdl: mix_downstream), evaluated as it is
+    "mdl": Method(keep_pretrained, finetune=False, vocabulary="joint", defaults={"upstream": "mdl"}),
     "ft-tgtv-random": Method(adapted(random_init), "random, at the pretrained rows' per-dimension mean and spread "
                              "(Aji et al. 2020)"),
     "va-cbow": Method(adapted(cbow), "its CBOW vector as it is (Sato et al. 2020)", CBOW, defaults=REPROJECT),
