@@ -3,6 +3,7 @@
 from pathlib import Path
 
 CORPORA = Path("data/corpora")
+BACKTRANSLATED = CORPORA / "backtranslated"  # pseudo-parallel downstream pairs (the backtranslate stage)
 SPM = Path("data/spm")
 UPSTREAMS = Path("data/models/upstream")  # the upstream models: `base` (the pretrain stage) and `upstreams`
 PRETRAINED = UPSTREAMS / "base"

@@ -4,7 +4,8 @@ The optimizer and schedule start afresh (Sato et al. 2020, section 4.2). Methods
 are (out-domain) are copied unchanged. Rows train on `finetune.train_pairs` pairs of the training set (0: all;
 otherwise a fixed sample, the same for every row and seed: the low-resource regime). A row with its own `seed`
 or `train_pairs` (params.yaml `transfer.ROW`, recorded by the transfer stage in the model's diagnostics.json)
-trains with that seed, or on that many pairs.
+trains with that seed, or on that many pairs; a row with `backtranslated: true` trains on the back-translated
+pairs of the backtranslate stage as well (after its own sample).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from stages import _paths as paths
-from vocabridge.corpora.sample import sample_pairs
+from vocabridge.corpora.sample import add_pairs, sample_pairs
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.model import copy_model_dir, load_model, save_model
@@ -37,16 +38,21 @@ def main(argv: list[str]) -> None:
     row = json.loads((init / "diagnostics.json").read_text(encoding="utf-8")).get("row", {})
     cfg = replace(cfg, seed=row.get("seed", cfg.seed))
     corpus = paths.CORPORA / "downstream"
+    backtranslated = [sha256_file(paths.BACKTRANSLATED / "stats.json")] if row.get("backtranslated") else []
     fingerprint = fingerprint_of("finetune", name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
-                                 sha256_file(init / "model.safetensors"), *([row] if row else []))
+                                 sha256_file(init / "model.safetensors"), *([row] if row else []), *backtranslated)
     key, pairs = ((f"transfer.{name}.train_pairs", row["train_pairs"]) if "train_pairs" in row
                   else ("finetune.train_pairs", params.finetune.train_pairs))
     with tempfile.TemporaryDirectory(prefix="vocabridge-pairs-") as tmp:
         if pairs:
-            corpus = sample_pairs(corpus, lang, pairs, Path(tmp), key)
+            corpus = sample_pairs(corpus, lang, pairs, Path(tmp) / "sample", key)
+        if row.get("backtranslated"):  # the sample's pairs, then the back-translated ones
+            corpus = add_pairs(corpus, lang, paths.BACKTRANSLATED, Path(tmp) / "with-bt")
         state, summary = fit(model, src, tgt, corpus, lang, cfg, paths.CHECKPOINTS / "finetune" / name, fingerprint,
                              f"finetune {name}")
     summary |= {"seed": cfg.seed, **({"sampled_pairs": pairs} if pairs else {})}
+    if backtranslated:
+        summary["backtranslated_pairs"] = json.loads((paths.BACKTRANSLATED / "stats.json").read_text())["pairs"]
     with atomic_dir(out) as tmp:
         save_model(model.cpu(), src, tgt, tmp)
     write_logs(state, plots)

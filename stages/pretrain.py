@@ -5,7 +5,8 @@ With `pretrain.init: cbow` the embedding rows start from CBOW vectors of the ups
 (Sato et al. 2020, §4.2) instead of random ones. `upstream NAME` trains `upstreams.NAME` with the same recipe
 (corpus, architecture, training, init) but its own vocabulary (the downstream one, or one trained on both domains'
 text), sampled segmentations, or the downstream training pairs mixed in behind domain tags: the baselines that
-adapt the vocabulary, or the whole model, before pretraining (ft-tgtv, joint-vocab, bpe-drop, mdl). Writes the
+adapt the vocabulary, or the whole model, before pretraining (ft-tgtv, joint-vocab, bpe-drop, mdl); or the
+opposite direction (`reverse`), the backward model of back-translation. Writes the
 model directory (data/models/upstream/NAME), data/plots/{pretrain,upstream/NAME}/*.csv and
 data/metrics/{pretrain,upstream/NAME}.json. Interrupted runs resume from data/checkpoints/{pretrain,upstream/NAME}.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from stages import _paths as paths
 from vocabridge.cbow import domain_text, initialise_embeddings
-from vocabridge.config import UpstreamModel, load_params
+from vocabridge.config import Lang, UpstreamModel, load_params
 from vocabridge.corpora.sample import sample_pairs
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
@@ -40,10 +41,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
     params = load_params(args.params)
-    cfg, lang, name = params.pretrain, params.lang, args.name
+    cfg, name = params.pretrain, args.name
     if name != "base" and name not in params.upstreams:
         raise ConfigError(f"params.yaml: upstreams: no entry '{name}' (entries: {sorted(params.upstreams)})")
     spec = params.upstreams.get(name, UpstreamModel())
+    lang = Lang(params.lang.tgt, params.lang.src) if spec.reverse else params.lang  # the backward model
     base = name == "base"
     out = paths.upstream(name)
     logs = paths.PLOTS / ("pretrain" if base else f"upstream/{name}")
@@ -57,7 +59,7 @@ def main(argv: list[str]) -> None:
         return
     corpus, downstream = paths.CORPORA / "upstream", paths.CORPORA / "downstream"
     tags = (domain_tag("upstream"), domain_tag("downstream")) if spec.mix_downstream else ()
-    src, tgt = pair_vocabs(*vocabularies(spec, params, name), tgt_extra=tags)
+    src, tgt = pair_vocabs(*vocabularies(spec, params, lang, name), tgt_extra=tags)
     model = build_model(cfg.arch, src, tgt, cfg.train.seed)
     init = {"init": cfg.init, "vocab": spec.vocab, "sampling_alpha": spec.sampling_alpha,
             "mix_downstream": spec.mix_downstream}
@@ -91,9 +93,8 @@ def main(argv: list[str]) -> None:
     print(summary)
 
 
-def vocabularies(spec: UpstreamModel, params, name: str) -> tuple[bytes | Path, bytes | Path]:
-    """The SentencePiece models (source, target) the upstream model is trained with."""
-    lang = params.lang
+def vocabularies(spec: UpstreamModel, params, lang: Lang, name: str) -> tuple[bytes | Path, bytes | Path]:
+    """The SentencePiece models (source, target) the upstream model is trained with, in direction `lang`."""
     if spec.vocab in ("upstream", "downstream"):
         folder = paths.SPM / spec.vocab
         return folder / f"{lang.src}.model", folder / f"{lang.tgt}.model"

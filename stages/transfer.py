@@ -45,7 +45,8 @@ def main(argv: list[str]) -> None:
     use_compute(params.compute)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
-    row = {key: value for key, value in (("seed", knobs.seed), ("train_pairs", knobs.train_pairs)) if value is not None}
+    row = {key: value for key, value in (("seed", knobs.seed), ("train_pairs", knobs.train_pairs),
+                                         ("backtranslated", knobs.backtranslated or None)) if value is not None}
     if row:  # what the finetune stage of this row does differently (it reads it here, with the model)
         diagnostics["row"] = row
     with atomic_dir(paths.init_model(name)) as tmp:

@@ -71,3 +71,18 @@ def test_upstream_models_are_checked(tmp_path):
         path.write_text(f"upstreams:\n  {entry}\n")
         with pytest.raises(ConfigError, match=re.escape(message)):
             load_params(path)
+
+
+def test_backtranslation_and_mixing_keys_are_checked(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("upstreams:\n  backward: {reverse: true}\n  mdl: {vocab: joint, mix_downstream: true}\n"
+                    "transfer:\n  va-llm+bt: {method: va-llm, backtranslated: true}\n")
+    params = load_params(path)
+    assert params.upstreams["backward"].reverse and params.upstreams["mdl"].mix_downstream
+    assert params.transfer["va-llm+bt"].backtranslated and params.backtranslation.upstream == "backward"
+    for text, message in (("backtranslation: {sentences: -1}", "backtranslation.sentences: must be >= 0"),
+                          ("backtranslation: {beems: 2}", "backtranslation"),
+                          ("upstreams:\n  backward: {reverse: maybe}", "upstreams.backward.reverse")):
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_params(path)

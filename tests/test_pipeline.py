@@ -133,7 +133,7 @@ def test_no_dev_or_test_verse_reaches_training_text(tiny_project):
 
 
 STAGES = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain", "cbow",
-          "generator",
+          "generator", "backtranslate",
           *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate") for m in METHODS], "report"]
 
 
@@ -272,7 +272,7 @@ def deterministic_outputs(project: Path) -> dict[str, str]:
 # A forced rerun reproduces every stage kind once: two rows, one of them with the trained generator
 FORCED = ["mismatch", "evaluate@va-llm", "evaluate@patt-eg-kd"]
 FORCED_RUN = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain",
-              "cbow", "generator", *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate")
+              "cbow", "generator", "backtranslate", *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate")
                                      for m in ("va-llm", "patt-eg-kd")]]
 
 
@@ -494,6 +494,42 @@ def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
     proc = run(["python", "-m", "stages.transfer", "typo"], tiny_copy)
     assert proc.returncode != 0 and "transfer.typo.upstream: 'ft-tgvt' is not an upstream model" in proc.stderr
     assert not (tiny_copy / "data/models/init/typo").exists()
+
+
+@e2e
+def test_a_backtranslated_row_fine_tunes_on_the_backward_models_translations_too(tiny_copy):
+    """Sato et al.'s +BT: upstream@backward pretrains en->de, the backtranslate stage translates the Bible's English
+    monolingual text into German, and a row with `backtranslated: true` fine-tunes on those pairs after its own."""
+    from vocabridge.nmt.model import load_model
+
+    base = json.loads((tiny_copy / "data/corpora/backtranslated/stats.json").read_text())
+    assert base == {"rows": [], "pairs": 0}  # the tiny profile has no such row: an empty corpus, nothing decoded
+    params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
+    params["upstreams"] = {"backward": {"reverse": True}}
+    params["backtranslation"] = {"sentences": 300, "beam": 2}
+    params["methods"] += ["ft-srcv+bt"]
+    params["transfer"]["ft-srcv+bt"] = {"method": "ft-srcv", "backtranslated": True}
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run(["dvc", "repro", "finetune@ft-srcv+bt"], tiny_copy)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    _, src, tgt = load_model(tiny_copy / "data/models/upstream/backward")
+    assert src.spm_bytes == (tiny_copy / "data/spm/upstream/en.model").read_bytes()  # English in, German out
+    assert tgt.spm_bytes == (tiny_copy / "data/spm/upstream/de.model").read_bytes()
+    stats = json.loads((tiny_copy / "data/corpora/backtranslated/stats.json").read_text())
+    assert stats["rows"] == ["ft-srcv+bt"] and 250 < stats["pairs"] <= 300 and stats["backward_model"] == "backward"
+    german = lines(tiny_copy / "data/corpora/backtranslated/train.de")
+    english = lines(tiny_copy / "data/corpora/backtranslated/train.en")
+    mono = lines(tiny_copy / "data/corpora/downstream/mono.en")[:300]
+    assert len(german) == len(english) == stats["pairs"] and set(english) <= set(mono) and german != english
+    tuned = json.loads((tiny_copy / "data/metrics/finetune/ft-srcv+bt.json").read_text())
+    plain = json.loads((tiny_copy / "data/metrics/finetune/ft-srcv.json").read_text())
+    assert tuned["backtranslated_pairs"] == stats["pairs"]
+    assert plain["train_pairs"] < tuned["train_pairs"] <= plain["train_pairs"] + stats["pairs"]
+    params["backtranslation"]["upstream"] = "base"
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run(["python", "-m", "stages.backtranslate"], tiny_copy)
+    assert proc.returncode != 0 and "backtranslation.upstream: 'base' must be an entry of `upstreams` with " \
+        "`reverse: true`" in proc.stderr
 
 
 @e2e

@@ -205,6 +205,8 @@ class UpstreamModel:
     mix_downstream: bool = False  # true: the downstream training pairs (finetune.train_pairs' sample) join the
     #   upstream corpus, each target led by its domain's tag, and the downstream dev set selects the checkpoint:
     #   target-token mixing (Britz et al. 2017), Sato et al. 2020's MDL (with vocab: joint, as there)
+    reverse: bool = False  # true: the opposite direction (lang.tgt -> lang.src) on the upstream corpus: the
+    #   backward model that back-translates the downstream monolingual text (backtranslation.upstream)
 
 
 @dataclass
@@ -234,6 +236,8 @@ class TransferMethod:
     #                                 0: all of them; None: finetune.train_pairs
     extend: int | None = None  # append this many pieces of the adapted vocabulary to the pretrained one instead of
     #                            replacing it (vocabridge/transfer/extension.py; shared rows then copied); 0: replace
+    backtranslated: bool | None = None  # fine-tune on the back-translated downstream monolingual text as well
+    #                                     (the `backtranslate` stage; Sato et al.'s +BT); None: false
     upstream: str | None = None  # the upstream model it starts from: `base` (the pretrain stage's) or a key of
     #                              `upstreams`; ft-tgtv, joint-vocab and bpe-drop default to the entry of their name
 
@@ -295,6 +299,18 @@ class Diagnostics:
 
 
 @dataclass
+class Backtranslation:
+    """Back-translation (Sennrich et al. 2016; Sato et al. 2020's +BT rows): the downstream monolingual text of
+    the target language, translated into the source language by a backward upstream model, joins the training
+    pairs of the rows with `transfer.ROW.backtranslated: true`."""
+
+    upstream: str = "backward"  # the entry of `upstreams` (with reverse: true) that translates
+    sentences: int = 0  # the first N lines of the downstream mono.<lang.tgt>; 0: all of them
+    beam: int = 5
+    batch_tokens: int = 6000
+
+
+@dataclass
 class Evaluate:
     decoder: Literal["transformers", "ctranslate2"] = "transformers"  # ctranslate2: same outputs, ~3x faster
     beam: int = 5
@@ -338,6 +354,7 @@ class Params:
     transfer: dict[str, TransferMethod] = field(default_factory=dict)  # method name -> knobs
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     finetune: Finetune = field(default_factory=Finetune)
+    backtranslation: Backtranslation = field(default_factory=Backtranslation)
     evaluate: Evaluate = field(default_factory=Evaluate)
     report: Report = field(default_factory=Report)
     compute: Compute = field(default_factory=Compute)
@@ -440,6 +457,9 @@ def validate(params: Params) -> Params:
         if params.pretrain.external_model:
             raise ConfigError(f"params.yaml: upstreams.{name}: pretrain.external_model is set, so there is no "
                               f"pretraining recipe to repeat with another vocabulary")
+    if params.backtranslation.sentences < 0:
+        raise ConfigError(f"params.yaml: backtranslation.sentences: must be >= 0 (0: all), got "
+                          f"{params.backtranslation.sentences}")
     return params
 
 

@@ -33,7 +33,7 @@ from vocabridge.config import Arch, Params, Training
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
 from vocabridge.nmt.train import adam, apply_gradients, threads_of, training_loss
-from vocabridge.transfer import generators_needed, get_method
+from vocabridge.transfer import generators_needed, get_method, knobs_for
 
 # Mean pieces per training segment (source, target) when the corpora are not prepared yet: the default corpora
 # with their 8k SentencePiece vocabularies (IT strings are short, verses long).
@@ -448,6 +448,12 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
         up_test = _count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
         upstream = min(params.evaluate.upstream_sentences, up_test)
         return start + 4 + (test + upstream) * _at(machine.beam, threads)
+    if group == "backtranslate":  # the monolingual text through the backward model, when a row asks for it
+        if not any(knobs_for(m, params.transfer).backtranslated for m in params.methods):
+            return start + 2
+        lines = _count_lines(corpora / "downstream" / f"mono.{params.lang.tgt}", mono)
+        lines = min(lines, params.backtranslation.sentences or lines)
+        return start + 4 + lines * _at(machine.beam, threads)
     if group == "report":
         return start + 5 + 2 * len(params.methods)
     return start

@@ -184,7 +184,7 @@ def trained_generator(variant: str) -> Callable[[Resources], Built]:
 
 
 DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_members=10, patt_scale="code",
-                               fwet_weights="softmax", extend=0, upstream="base")
+                               fwet_weights="softmax", extend=0, backtranslated=False, upstream="base")
 REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
 
 CBOW = frozenset({"cbow"})

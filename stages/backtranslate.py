@@ -1,0 +1,55 @@
+"""Stage backtranslate: the downstream monolingual text of the target language, translated into the source
+language by the backward upstream model (Sennrich et al. 2016; Sato et al. 2020's +BT rows).
+
+Runs only when a listed row has `transfer.ROW.backtranslated: true`; otherwise it writes an empty corpus. The
+backward model is `upstreams.<backtranslation.upstream>` (an entry with `reverse: true`), decoded by beam search
+through CTranslate2 as the evaluate stage does. Writes data/corpora/backtranslated/{train.SRC,train.TGT,
+stats.json}: the machine-made sources beside the real target sentences; lines with an empty translation are left
+out.
+"""
+
+from __future__ import annotations
+
+from stages import _paths as paths
+from vocabridge.corpora.user import read_text_lines
+from vocabridge.ct2 import translate_ct2
+from vocabridge.entry import run
+from vocabridge.errors import ConfigError
+from vocabridge.fileio import atomic_dir, write_json, write_lines
+from vocabridge.nmt.train import threads_of, use_compute
+from vocabridge.transfer import knobs_for
+
+
+def main(argv: list[str]) -> None:
+    params = paths.stage_args(__doc__, argv)
+    cfg, lang = params.backtranslation, params.lang
+    rows = [m for m in params.methods if knobs_for(m, params.transfer).backtranslated]
+    pairs: tuple[list[str], list[str]] = ([], [])
+    stats = {"rows": rows, "pairs": 0}
+    if rows:
+        spec = params.upstreams.get(cfg.upstream)
+        if spec is None or not spec.reverse:
+            raise ConfigError(f"params.yaml: backtranslation.upstream: '{cfg.upstream}' must be an entry of "
+                              f"`upstreams` with `reverse: true` (rows {', '.join(rows)} are back-translated)")
+        mono = paths.CORPORA / "downstream" / f"mono.{lang.tgt}"
+        if not mono.is_file():
+            raise ConfigError(f"{mono}: no downstream monolingual text in {lang.tgt} to back-translate")
+        targets = read_text_lines(mono)
+        targets = targets[: cfg.sentences] if cfg.sentences else targets
+        device = use_compute(params.compute)
+        sources, speed = translate_ct2(paths.upstream(cfg.upstream), targets, beam=cfg.beam,
+                                       batch_tokens=cfg.batch_tokens, threads=threads_of(params.compute.threads),
+                                       device=device.type)
+        kept = [(s, t) for s, t in zip(sources, targets, strict=True) if s.strip()]
+        pairs = ([s for s, _ in kept], [t for _, t in kept])
+        stats |= {"pairs": len(kept), "monolingual_lines": len(targets), "backward_model": cfg.upstream,
+                  "beam": cfg.beam, **speed}
+    with atomic_dir(paths.BACKTRANSLATED) as tmp:
+        write_lines(tmp / f"train.{lang.src}", pairs[0])
+        write_lines(tmp / f"train.{lang.tgt}", pairs[1])
+        write_json(tmp / "stats.json", stats)
+    print(stats)
+
+
+if __name__ == "__main__":
+    run(main)
