@@ -484,8 +484,8 @@ def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
     assert mdl["mix_downstream"] and mdl["updates"] == params["pretrain"]["train"]["max_updates"]
     sample = params["finetune"]["train_pairs"]
     assert sample * 0.9 < mdl["pairs_by_domain"]["downstream"] <= sample  # the rows' sample (within max_len)
-    assert mdl["pairs_by_domain"]["upstream"] == json.loads((tiny_copy / "data/metrics/pretrain.json").read_text())[
-        "train_pairs"]
+    base_pairs = json.loads((tiny_copy / "data/metrics/pretrain.json").read_text())["train_pairs"]
+    assert abs(mdl["pairs_by_domain"]["upstream"] - base_pairs) <= 0.01 * base_pairs  # other pieces: max_len
     model, src, tgt = load_model(tiny_copy / "data/models/finetuned/mdl")
     assert tgt.id_of(domain_tag("downstream")) == tgt.id_of(domain_tag("upstream")) + 1
     assert json.loads((tiny_copy / "data/metrics/finetune/mdl.json").read_text())["updates"] == 0
