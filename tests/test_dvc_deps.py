@@ -190,3 +190,20 @@ def test_imports_are_followed_through_functions_and_submodules(tmp_path):
     assert missing_deps(stages, tmp_path) == {}
     assert missing_deps({"t": {"cmd": "bash run.sh", "deps": []}}, tmp_path) == {
         "t": ["cannot check the command 'bash run.sh' (expected `python -m stages.NAME ...`)"]}
+
+
+def test_every_param_a_stage_names_is_in_params_yaml():
+    """DVC refuses a stage whose `params:` key params.yaml lacks, so every section must be there with defaults."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    for name, stage in stages.items():
+        stage = stage.get("do", stage)
+        for key in stage.get("params", []):
+            if isinstance(key, str) and "${" not in key:
+                node = params
+                for part in key.split("."):
+                    assert isinstance(node, dict) and part in node, f"dvc.yaml: {name}: params.yaml lacks '{key}'"
+                    node = node[part]
