@@ -1,0 +1,228 @@
+"""Pretrained language models (vocabridge.plm) on hand-made data: the PLM tokenizer, masked-LM pretraining and its
+resume, AB-Net's adapters, the conditional masked-LM batch, the [LENGTH] prediction and Mask-Predict decoding."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from vocabridge.errors import InputError
+from vocabridge.plm.abnet import (
+    ABNet,
+    AdapterSize,
+    cmlm_loss,
+    load_abnet,
+    mask_predict,
+    mask_targets,
+    masks_per_iteration,
+    save_abnet,
+)
+from vocabridge.plm.bert import (
+    BertSize,
+    MlmTrainer,
+    MlmTraining,
+    build_bert,
+    check_bert_dir,
+    encode_sentences,
+    load_bert,
+    save_bert,
+    train_plm_tokenizer,
+)
+
+GERMAN = ["Im Anfang schuf Gott Himmel und Erde.", "Und die Erde war wüst und leer.",
+          "Und es war finster auf der Tiefe.", "Und Gott sprach: Es werde Licht!", "Und es ward Licht.",
+          "Und Gott sah, dass das Licht gut war."] * 8
+TINY = BertSize(hidden=32, layers=2, heads=2, ffn=64, max_positions=40, dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return train_plm_tokenizer(GERMAN, 60, tmp_path_factory.mktemp("tok"))
+
+
+def test_the_plm_tokenizer_frames_with_cls_sep_and_gives_the_text_back(tokenizer):
+    ids = tokenizer("Und Gott sah die Erde.")["input_ids"]
+    assert ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "Und Gott sah die Erde."
+
+
+def test_a_directory_that_is_not_a_bert_is_a_one_line_error(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "marian"}))
+    with pytest.raises(InputError, match="model_type is 'marian', expected 'bert'"):
+        check_bert_dir(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(InputError, match="pytorch_model.bin, a pickle"):
+        check_bert_dir(tmp_path)
+
+
+def mlm_run(tokenizer, ckpt, updates: int, lr: float = 1e-3) -> MlmTrainer:
+    ids = encode_sentences(tokenizer, GERMAN, 40)
+    cfg = MlmTraining(max_updates=updates, batch_sentences=8, lr=lr, warmup=2, eval_every=3,
+                      checkpoint_every=3, held_out_sentences=6)
+    trainer = MlmTrainer(build_bert(TINY, tokenizer, seed=1), tokenizer, ids, ids[:6], cfg, ckpt, {"run": 1}, "t")
+    trainer.train()
+    return trainer
+
+
+def test_masked_lm_pretraining_resumes_exactly_and_records_a_curve(tokenizer, tmp_path):
+    straight = mlm_run(tokenizer, tmp_path / "a", 6)
+    mlm_run(tokenizer, tmp_path / "b", 3)
+    resumed = mlm_run(tokenizer, tmp_path / "b", 6)  # picks up the checkpoint at update 3
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert [row["step"] for row in resumed.state.curve] == [0, 3, 6]
+    assert all(0 <= row["held_out_accuracy"] <= 1 for row in resumed.state.curve)
+
+
+def test_masked_lm_pretraining_learns(tokenizer, tmp_path):
+    trainer = mlm_run(tokenizer, tmp_path, 60, lr=1e-2)
+    first, last = trainer.state.curve[0], trainer.state.curve[-1]
+    assert last["held_out_loss"] < first["held_out_loss"] - 1.0
+
+
+def tiny_abnet(tokenizer, freeze: bool = True, seed: int = 1) -> ABNet:
+    size = AdapterSize(encoder_inner=16, decoder_ffn=32, dropout=0.0, max_target_len=20)
+    return ABNet(build_bert(TINY, tokenizer, seed), build_bert(TINY, tokenizer, seed + 1), size, freeze)
+
+
+def pairs_batch(tokenizer, sources: list[str], targets: list[str], seed: int = 0):
+    src = tokenizer(sources, padding=True, return_tensors="pt")
+    tgt = tokenizer(targets)["input_ids"]
+    batch = mask_targets(tgt, tokenizer.mask_token_id, tokenizer.pad_token_id, torch.Generator().manual_seed(seed))
+    return src["input_ids"], src["attention_mask"], batch
+
+
+def test_only_the_adapters_train_and_the_berts_stay_as_they_were(tokenizer):
+    model = tiny_abnet(tokenizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trainable and not any(name.startswith(("source_bert.", "target_bert.")) for name in trainable)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    source, keep, batch = pairs_batch(tokenizer, GERMAN[:4], GERMAN[1:5])
+    loss, _ = cmlm_loss(model, source, keep, batch)
+    loss.backward()
+    optimizer.step()
+    after = model.state_dict()
+    for name, value in before.items():
+        if name.startswith(("source_bert.", "target_bert.")):
+            assert torch.equal(value, after[name]), name
+    assert not torch.equal(before["encoder_adapters.0.w1.weight"], after["encoder_adapters.0.w1.weight"])
+    assert not torch.equal(before["decoder_adapters.1.ffn.0.weight"], after["decoder_adapters.1.ffn.0.weight"])
+    assert set(model.adapter_state()) == {k for k in after if not k.startswith(("source_bert.", "target_bert."))}
+
+
+def test_the_mask_predict_baseline_trains_everything(tokenizer):
+    model = tiny_abnet(tokenizer, freeze=False)
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_the_conditional_masked_lm_batch_masks_one_to_all_pieces_never_the_frame():
+    targets = [[2, 10, 11, 12, 13, 3], [2, 20, 3], [2, 30, 31, 3]]
+    for seed in range(20):
+        batch = mask_targets(targets, mask_id=4, pad_id=0, generator=torch.Generator().manual_seed(seed))
+        for row, target in enumerate(targets):
+            masked = batch["target"][row] == 4
+            assert 1 <= int(masked.sum()) <= len(target) - 2
+            assert not masked[0] and not masked[len(target) - 1]
+            assert torch.equal(batch["labels"][row][masked], torch.tensor(target)[masked[: len(target)]])
+            assert (batch["labels"][row][~masked] == -100).all()
+        assert batch["lengths"].tolist() == [4, 1, 2]
+        assert batch["target_keep"].sum(1).tolist() == [6, 3, 4]
+
+
+def test_the_length_token_learns_the_target_length_from_the_source(tokenizer):
+    """Each source is one word repeated; the target length is set by which word it is."""
+    torch.manual_seed(0)
+    words = ["Gott", "Erde", "Licht", "Tiefe"]
+    sources = [" ".join([w] * (1 + i % 3)) for i in range(24) for w in words][:24]
+    targets = [" ".join(["und"] * (1 + words.index(s.split()[0]))) for s in sources]
+    model = tiny_abnet(tokenizer)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for step in range(200):
+        source, keep, batch = pairs_batch(tokenizer, sources, targets, seed=step)
+        loss, _ = cmlm_loss(model, source, keep, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    source, keep, batch = pairs_batch(tokenizer, sources, targets)
+    with torch.no_grad():
+        predicted = model.encode(source, keep)[2].argmax(-1)
+    assert (predicted == batch["lengths"]).float().mean() >= 0.9
+
+
+class ToyModel:
+    """A stand-in for AB-Net whose right output is known: lengths 4 (a little likelier) and 3 are proposed; for
+    length 3 the answer is 7 8 9. Piece 2 is 8 (sure) only when piece 1 is visible as 7, else 5 (unsure); at
+    length 4 the last piece is a guess, so length 3 has the better mean log-probability."""
+
+    special = {"cls": 0, "sep": 1, "mask": 2, "pad": 3}
+    vocab = 12
+
+    def __init__(self):
+        self.calls = 0
+
+    def encode(self, source, keep):
+        lengths = torch.full((len(source), 8), -10.0)
+        lengths[:, 4], lengths[:, 3] = -0.5, -1.0
+        return torch.zeros(len(source), 1, 1), torch.zeros(len(source), 1, dtype=torch.bool), lengths
+
+    def decode(self, tokens, keep, encoded, padding):
+        self.calls += 1
+        return tokens
+
+    def logits(self, tokens):
+        out = torch.full((*tokens.shape, self.vocab), -20.0)
+        for r, row in enumerate(tokens.tolist()):
+            for i in range(1, len(row)):
+                if i == 1:
+                    out[r, i, 7], out[r, i, 6] = math.log(0.95), math.log(0.05)
+                elif i == 2:
+                    if row[1] == 7:
+                        out[r, i, 8] = math.log(0.99)
+                    else:
+                        out[r, i, 5], out[r, i, 8] = math.log(0.4), math.log(0.3)
+                elif i == 3:
+                    out[r, i, 9], out[r, i, 10] = math.log(0.9), math.log(0.1)
+                else:
+                    out[r, i, 11], out[r, i, 10] = math.log(0.2), math.log(0.1)
+        return out
+
+
+def test_mask_predict_remasks_the_least_confident_pieces_and_picks_the_best_length():
+    model = ToyModel()
+    out, steps = mask_predict(model, torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3), ToyModel.special,
+                              length_candidates=2, iterations=10)
+    assert out == [[7, 8, 9], [7, 8, 9]]
+    # iteration 0 gives 7 5 9; 1 re-masks 5 and 9 and gets 8; 2 re-masks 9 and 7, nothing changes: stop
+    assert steps == [3, 3]
+
+
+def test_mask_predict_stops_at_the_iteration_bound():
+    out, steps = mask_predict(ToyModel(), torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3), ToyModel.special,
+                              length_candidates=2, iterations=1)
+    assert out == [[7, 5, 9]] and steps == [1]
+
+
+def test_the_linear_decay_of_masked_pieces():
+    assert masks_per_iteration(10, 10) == [10, 9, 8, 7, 6, 5, 4, 3, 2, 1]
+    assert masks_per_iteration(3, 10) == [3, 2, 2, 2, 1, 1, 1, 0, 0, 0]
+
+
+def test_an_abnet_directory_loads_back_with_the_same_weights(tokenizer, tmp_path):
+    model = tiny_abnet(tokenizer)
+    for p in model.parameters():
+        if p.requires_grad:
+            torch.nn.init.normal_(p)
+    save_abnet(model, tmp_path / "abnet", tokenizer, tokenizer)
+    loaded, source_tokenizer, _ = load_abnet(tmp_path / "abnet")
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[name]), name
+    assert len(source_tokenizer) == len(tokenizer)
+    bert, _ = load_bert(tmp_path / "abnet" / "source")
+    save_bert(bert, tokenizer, tmp_path / "bert")
+    check_bert_dir(tmp_path / "bert")

@@ -1,0 +1,251 @@
+"""AB-Net (Guo et al. 2020): two frozen BERTs joined by adapters, trained as a conditional masked LM and decoded
+by Mask-Predict (Ghazvininejad et al. 2019).
+
+Encoder: the source BERT's layers, each followed by an encoder adapter (Eq. 4: LN, W1 without bias, ReLU, W2,
+residual), a learned [LENGTH] vector in front of the source whose output predicts the target length. Decoder: the
+target BERT's (bidirectional) layers, each followed by a decoder adapter (Appendix A: multi-head cross-attention
+over the encoder output, residual, LN; FFN, residual, LN); its MLM head gives the output distribution. Only the
+adapters, the [LENGTH] vector and the length classifier train (`freeze_bert`). The same module with randomly
+initialised BERTs and nothing frozen is the Mask-Predict baseline without BERT: per layer self-attention and FFN,
+then cross-attention and FFN, trained end to end.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import BertForMaskedLM
+
+from vocabridge.errors import InputError
+from vocabridge.fileio import atomic_dir, write_json
+
+
+@dataclass
+class AdapterSize:
+    encoder_inner: int = 512  # d_Aenc, the encoder adapter's inner size (the paper: 512 IWSLT, 2048 WMT)
+    decoder_ffn: int = 1024  # d_FFN of the decoder adapter (the paper: the Transformer baseline's)
+    dropout: float = 0.1
+    max_target_len: int = 128  # lengths the [LENGTH] classifier can predict (in target pieces)
+
+
+class EncoderAdapter(nn.Module):
+    """Eq. 4: H + W2 ReLU(W1 LN(H))."""
+
+    def __init__(self, d: int, inner: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.w1 = nn.Linear(d, inner, bias=False)
+        self.w2 = nn.Linear(inner, d, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.w2(F.relu(self.w1(self.norm(h))))
+
+
+class DecoderAdapter(nn.Module):
+    """Appendix A: Z = LN(ATTN(H, E, E) + H), out = LN(FFN(Z) + Z)."""
+
+    def __init__(self, d: int, d_source: int, heads: int, ffn: int, dropout: float):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(d, heads, dropout=dropout, kdim=d_source, vdim=d_source,
+                                               batch_first=True)
+        self.norm1 = nn.LayerNorm(d)
+        self.ffn = nn.Sequential(nn.Linear(d, ffn), nn.ReLU(), nn.Linear(ffn, d))
+        self.norm2 = nn.LayerNorm(d)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, h: torch.Tensor, encoded: torch.Tensor, source_padding: torch.Tensor) -> torch.Tensor:
+        attended, _ = self.attention(h, encoded, encoded, key_padding_mask=source_padding, need_weights=False)
+        z = self.norm1(h + self.dropout(attended))
+        return self.norm2(z + self.dropout(self.ffn(z)))
+
+
+def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, S] with 1 where a position may be attended -> BERT's additive [B, 1, 1, S] mask."""
+    return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+class ABNet(nn.Module):
+    def __init__(self, source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, size: AdapterSize,
+                 freeze_bert: bool = True):
+        super().__init__()
+        longest = target_bert.config.max_position_embeddings - 2
+        if size.max_target_len > longest:
+            raise InputError(f"abnet max_target_len {size.max_target_len}: the target BERT holds {longest} pieces "
+                             "between [CLS] and [SEP]")
+        self.source_bert, self.target_bert, self.size = source_bert, target_bert, size
+        d_src, d_tgt = source_bert.config.hidden_size, target_bert.config.hidden_size
+        self.encoder_adapters = nn.ModuleList(
+            EncoderAdapter(d_src, size.encoder_inner) for _ in range(source_bert.config.num_hidden_layers))
+        self.decoder_adapters = nn.ModuleList(
+            DecoderAdapter(d_tgt, d_src, target_bert.config.num_attention_heads, size.decoder_ffn, size.dropout)
+            for _ in range(target_bert.config.num_hidden_layers))
+        self.length_vector = nn.Parameter(torch.randn(d_src) * 0.02)  # the [LENGTH] token's input
+        self.length_head = nn.Linear(d_src, size.max_target_len + 1)
+        self.freeze_bert = freeze_bert
+        for part in (source_bert, target_bert):
+            part.requires_grad_(not freeze_bert)
+
+    def encode(self, source: torch.Tensor, source_keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
+                                                                            torch.Tensor]:
+        """Encoder states [B, 1+S, d] ([LENGTH] first), their padding mask (True = pad), length logits."""
+        embedded = self.source_bert.bert.embeddings(input_ids=source)
+        h = torch.cat([self.length_vector.expand(len(source), 1, -1).to(embedded.dtype), embedded], dim=1)
+        keep = torch.cat([torch.ones_like(source_keep[:, :1]), source_keep], dim=1)
+        mask = additive_mask(keep, h.dtype)
+        for layer, adapter in zip(self.source_bert.bert.encoder.layer, self.encoder_adapters, strict=True):
+            h = adapter(layer(h, attention_mask=mask))
+        return h, keep == 0, self.length_head(h[:, 0])
+
+    def decode(self, target: torch.Tensor, target_keep: torch.Tensor, encoded: torch.Tensor,
+               source_padding: torch.Tensor) -> torch.Tensor:
+        """Decoder states [B, T, d] of a (partly masked) target."""
+        h = self.target_bert.bert.embeddings(input_ids=target)
+        mask = additive_mask(target_keep, h.dtype)
+        for layer, adapter in zip(self.target_bert.bert.encoder.layer, self.decoder_adapters, strict=True):
+            h = adapter(layer(h, attention_mask=mask), encoded, source_padding)
+        return h
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        return self.target_bert.cls(states)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """What AB-Net trains: everything but the BERTs (all of it when the BERTs train too)."""
+        return {k: v for k, v in self.state_dict().items()
+                if not self.freeze_bert or not k.startswith(("source_bert.", "target_bert."))}
+
+
+def mask_targets(targets: list[list[int]], mask_id: int, pad_id: int,
+                 generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The conditional masked-LM batch: each target ([CLS] y [SEP]) gets n ~ U{1..|y|} of its pieces masked.
+
+    Returns the decoder input, its keep mask, labels (-100 where nothing is predicted) and the lengths |y|."""
+    width = max(len(t) for t in targets)
+    decoder_input = torch.full((len(targets), width), pad_id, dtype=torch.long)
+    labels = torch.full_like(decoder_input, -100)
+    for row, target in enumerate(targets):
+        y = torch.tensor(target)
+        inner = len(target) - 2
+        n = int(torch.randint(1, inner + 1, (1,), generator=generator)) if inner > 0 else 0
+        positions = torch.randperm(inner, generator=generator)[:n] + 1
+        decoder_input[row, : len(target)] = y
+        decoder_input[row, positions] = mask_id
+        labels[row, positions] = y[positions]
+    lengths = torch.tensor([len(t) - 2 for t in targets])
+    return {"target": decoder_input, "target_keep": (decoder_input != pad_id).long(), "labels": labels,
+            "lengths": lengths}
+
+
+def cmlm_loss(model: ABNet, source: torch.Tensor, source_keep: torch.Tensor, batch: dict[str, torch.Tensor],
+              label_smoothing: float = 0.1, length_weight: float = 1.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """Eq. 3 (cross-entropy of the masked pieces given the rest and the source) plus the length loss; the
+    output layer runs on the masked positions only."""
+    encoded, source_padding, length_logits = model.encode(source, source_keep)
+    states = model.decode(batch["target"], batch["target_keep"], encoded, source_padding)
+    masked = batch["labels"] != -100
+    token_loss = F.cross_entropy(model.logits(states[masked]).float(), batch["labels"][masked],
+                                 label_smoothing=label_smoothing)
+    lengths = batch["lengths"].clamp(max=model.size.max_target_len)
+    length_loss = F.cross_entropy(length_logits.float(), lengths)
+    return token_loss + length_weight * length_loss, {"token_loss": token_loss.item(),
+                                                       "length_loss": length_loss.item()}
+
+
+def masks_per_iteration(length: int, iterations: int) -> list[int]:
+    """Mask-Predict's linear decay: all pieces at iteration 0, then floor(|y| (T - t) / T)."""
+    return [length] + [length * (iterations - t) // iterations for t in range(1, iterations)]
+
+
+@torch.inference_mode()
+def mask_predict(model, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
+                 length_candidates: int = 4, iterations: int = 10) -> tuple[list[list[int]], list[int]]:
+    """Mask-Predict decoding (Appendix B): the B most likely lengths, each decoded from all-[MASK] in at most T
+    iterations, re-masking the least confident pieces; a candidate stops when its output no longer changes. The
+    candidate with the best mean log-probability wins. `special`: ids of cls, sep, mask, pad.
+
+    Returns the pieces of each sentence (no [CLS]/[SEP]) and the iterations each one ran."""
+    cls_id, sep_id, mask_id, pad_id = (special[k] for k in ("cls", "sep", "mask", "pad"))
+    encoded, source_padding, length_logits = model.encode(source, source_keep)
+    length_logits[:, 0] = -torch.inf  # at least one piece
+    k = min(length_candidates, length_logits.shape[1] - 1)
+    lengths = length_logits.topk(k, dim=-1).indices.reshape(-1)  # [B*k]
+    encoded = encoded.repeat_interleave(k, dim=0)
+    source_padding = source_padding.repeat_interleave(k, dim=0)
+    rows, width = len(lengths), int(lengths.max()) + 2
+    positions = torch.arange(width)[None, :]
+    inner = (positions >= 1) & (positions <= lengths[:, None])
+    tokens = torch.full((rows, width), pad_id, dtype=torch.long)
+    tokens[:, 0] = cls_id
+    tokens[inner] = mask_id
+    tokens[torch.arange(rows), lengths + 1] = sep_id
+    keep = (tokens != pad_id).long()
+    scores = torch.zeros(rows, width)
+    active = torch.ones(rows, dtype=torch.bool)
+    ran = torch.zeros(rows, dtype=torch.long)
+    banned = [cls_id, sep_id, mask_id, pad_id]
+    for t in range(iterations):
+        if t == 0:
+            masked = inner.clone()
+        else:
+            n = lengths * (iterations - t) // iterations
+            confidence = scores.masked_fill(~inner, torch.inf)
+            order = confidence.argsort(dim=1)
+            rank = torch.empty_like(order).scatter_(1, order, torch.arange(width).expand(rows, -1).contiguous())
+            masked = (rank < n[:, None]) & inner & active[:, None]
+            active &= n > 0
+            if not masked.any():
+                break
+        before = tokens.clone()
+        tokens[masked] = mask_id
+        logits = model.logits(model.decode(tokens, keep, encoded, source_padding)).float()
+        logits[..., banned] = -torch.inf
+        best, predicted = logits.log_softmax(-1).max(-1)
+        tokens = torch.where(masked, predicted, before)
+        scores = torch.where(masked, best, scores)
+        ran += active.long()
+        if t > 0:
+            active &= (tokens != before).any(dim=1)  # unchanged: this candidate is done
+        if not active.any():
+            break
+    mean = (scores * inner).sum(1) / lengths.clamp(min=1)
+    choice = mean.view(-1, k).argmax(1)
+    out, steps = [], []
+    for sentence, c in enumerate(choice.tolist()):
+        row = sentence * k + c
+        out.append(tokens[row, 1 : int(lengths[row]) + 1].tolist())
+        steps.append(int(ran[row]))
+    return out, steps
+
+
+def save_abnet(model: ABNet, out: Path, source_tokenizer, target_tokenizer) -> None:
+    """A model directory: source/ and target/ (Hugging Face BERT directories as the model holds them),
+    adapters.safetensors (what trained) and abnet.json (sizes)."""
+    with atomic_dir(out) as tmp:
+        model.source_bert.save_pretrained(tmp / "source", safe_serialization=True)
+        source_tokenizer.save_pretrained(tmp / "source")
+        model.target_bert.save_pretrained(tmp / "target", safe_serialization=True)
+        target_tokenizer.save_pretrained(tmp / "target")
+        save_file({k: v.contiguous() for k, v in model.adapter_state().items()}, str(tmp / "adapters.safetensors"))
+        write_json(tmp / "abnet.json", {"size": asdict(model.size), "freeze_bert": model.freeze_bert})
+
+
+def load_abnet(path: Path):
+    """The model and both tokenizers of a save_abnet directory (safetensors only)."""
+    from vocabridge.plm.bert import load_bert
+
+    path = Path(path)
+    if not (path / "abnet.json").is_file():
+        raise InputError(f"{path}: not an AB-Net model directory (no abnet.json)")
+    meta = json.loads((path / "abnet.json").read_text(encoding="utf-8"))
+    source_bert, source_tokenizer = load_bert(path / "source")
+    target_bert, target_tokenizer = load_bert(path / "target")
+    model = ABNet(source_bert, target_bert, AdapterSize(**meta["size"]), freeze_bert=meta["freeze_bert"])
+    missing = model.load_state_dict(load_file(str(path / "adapters.safetensors")), strict=False)
+    if missing.unexpected_keys:
+        raise InputError(f"{path}/adapters.safetensors: unexpected tensors {missing.unexpected_keys[:3]}")
+    return model, source_tokenizer, target_tokenizer

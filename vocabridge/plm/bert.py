@@ -1,0 +1,257 @@
+"""Small BERTs of the pipeline's own, MLM-pretrained on the text it has, or a user's BERT directory.
+
+No German BERT (and no BERT with an MLM head) ships offline, so AB-Net's pretrained language models are made
+here: a unigram vocabulary of its own (train_plm_tokenizer) and a `BertForMaskedLM` trained
+with BERT's masked-LM objective (15% of the pieces: 80% [MASK], 10% random, 10% kept; transformers'
+DataCollatorForLanguageModeling). A model directory is what `save_pretrained` writes (config.json,
+model.safetensors, vocab.txt, tokenizer files), so any Hugging Face BERT directory a user has loads the same
+way. Weights are only ever read from safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    DataCollatorForLanguageModeling,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+from vocabridge.errors import InputError
+from vocabridge.fileio import atomic_dir
+from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def train_plm_tokenizer(texts: list[str], vocab_size: int, out: Path) -> PreTrainedTokenizerFast:
+    """A SentencePiece-style unigram vocabulary of `vocab_size` pieces fitted to `texts` (Hugging Face
+    `tokenizers`; Metaspace pre-tokenisation, so decoding gives back the text exactly and BLEU is scored on the same
+    detokenisation as the NMT rows'), with BERT's special tokens and [CLS] ... [SEP] framing; saved to `out`."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    unigram = Tokenizer(models.Unigram())
+    unigram.normalizer = normalizers.NFKC()
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    unigram.train_from_iterator(texts, trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token="[UNK]", show_progress=False))
+    cls, sep = unigram.token_to_id("[CLS]"), unigram.token_to_id("[SEP]")
+    unigram.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=unigram, unk_token="[UNK]", pad_token="[PAD]",
+                                        cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                        model_max_length=512)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    return tokenizer
+
+
+@dataclass
+class BertSize:
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    ffn: int = 1024
+    max_positions: int = 128
+    dropout: float = 0.1
+
+
+def build_bert(size: BertSize, tokenizer: PreTrainedTokenizerBase, seed: int) -> BertForMaskedLM:
+    """A freshly initialised BERT with an MLM head (output layer tied to the embeddings)."""
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=size.hidden, num_hidden_layers=size.layers,
+                        num_attention_heads=size.heads, intermediate_size=size.ffn,
+                        max_position_embeddings=size.max_positions, hidden_dropout_prob=size.dropout,
+                        attention_probs_dropout_prob=size.dropout, pad_token_id=tokenizer.pad_token_id,
+                        tie_word_embeddings=True)
+    model = BertForMaskedLM(config)
+    model.set_attn_implementation("eager")  # CPU: see nmt.model.use_fast_attention
+    return model
+
+
+def check_bert_dir(path: Path) -> None:
+    """A clear one-line error for a folder that is not a BERT directory we can read safely and offline."""
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError(f"{path}: no such BERT directory")
+    if not (path / "config.json").is_file():
+        raise InputError(f"{path}: not a Hugging Face model directory (no config.json)")
+    model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    if model_type != "bert":
+        raise InputError(f"{path}/config.json: model_type is {model_type!r}, expected 'bert'")
+    if not (path / "model.safetensors").is_file():
+        pickle = [p.name for p in path.glob("*.bin")]
+        hint = f" (only {pickle[0]}, a pickle: convert it to model.safetensors first)" if pickle else ""
+        raise InputError(f"{path}: no model.safetensors{hint}")
+    if not any((path / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
+        raise InputError(f"{path}: no tokenizer (vocab.txt or tokenizer.json)")
+
+
+def load_bert(path: Path) -> tuple[BertForMaskedLM, PreTrainedTokenizerBase]:
+    """A BERT directory's model (with its MLM head; safetensors only) and tokenizer, offline."""
+    check_bert_dir(path)
+    model = BertForMaskedLM.from_pretrained(path, use_safetensors=True, local_files_only=True)
+    model.set_attn_implementation("eager")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model, tokenizer
+
+
+@dataclass
+class MlmTraining:
+    max_updates: int = 3000
+    batch_sentences: int = 64
+    max_len: int = 128  # pieces per sentence ([CLS] and [SEP] included); longer sentences are cut
+    lr: float = 5e-4
+    warmup: int = 300
+    mask_prob: float = 0.15
+    eval_every: int = 250
+    held_out_sentences: int = 500  # the learning curve's held-out text (never trained on)
+    checkpoint_every: int = 250
+    log_every: int = 50
+    seed: int = 1
+
+
+@dataclass
+class MlmState:
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    seconds: float = 0.0
+    curve: list[dict] = field(default_factory=list)  # step, train_loss, held_out_loss, held_out_accuracy
+
+
+def encode_sentences(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_len: int) -> list[list[int]]:
+    """[CLS] pieces [SEP], cut to max_len; empty lines dropped."""
+    texts = [t for t in texts if t.strip()]
+    return tokenizer(texts, truncation=True, max_length=max_len)["input_ids"] if texts else []
+
+
+def _batches(n: int, size: int, seed: int, epoch: int) -> list[list[int]]:
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1000 + epoch)).tolist()
+    return [order[i : i + size] for i in range(0, n, size)]
+
+
+class MlmTrainer:
+    """Masked-LM pretraining with a held-out learning curve; resumes exactly from its last checkpoint."""
+
+    def __init__(self, model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase, train: list[list[int]],
+                 held_out: list[list[int]], cfg: MlmTraining, ckpt_dir: Path, fingerprint: dict, name: str):
+        if not train:
+            raise InputError(f"{name}: no training text")
+        self.model, self.tokenizer, self.train_ids, self.cfg, self.name = model, tokenizer, train, cfg, name
+        self.held_out = held_out[: cfg.held_out_sentences]
+        self.ckpt_dir, self.fingerprint = Path(ckpt_dir), fingerprint
+        self.collate = DataCollatorForLanguageModeling(tokenizer, mlm_probability=cfg.mask_prob, return_tensors="pt")
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6,
+                                           weight_decay=0.01)
+        warmup = max(cfg.warmup, 1)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1))))
+        self.state = MlmState()
+
+    def _batch(self, ids: list[list[int]], generator_seed: int | None = None) -> dict[str, torch.Tensor]:
+        features = [{"input_ids": x} for x in ids]
+        if generator_seed is None:
+            return self.collate(features)
+        rng = torch.get_rng_state()  # the held-out masks are the same at every evaluation
+        torch.manual_seed(generator_seed)
+        try:
+            return self.collate(features)
+        finally:
+            torch.set_rng_state(rng)
+
+    @torch.inference_mode()
+    def evaluate(self) -> tuple[float, float]:
+        """Held-out masked-LM loss (nats per masked piece) and masked-piece accuracy."""
+        self.model.eval()
+        loss, correct, total = 0.0, 0, 0
+        for i in range(0, len(self.held_out), self.cfg.batch_sentences):
+            batch = self._batch(self.held_out[i : i + self.cfg.batch_sentences], generator_seed=12345 + i)
+            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            masked = batch["labels"] != -100
+            gold = batch["labels"][masked]
+            loss += torch.nn.functional.cross_entropy(logits[masked].float(), gold, reduction="sum").item()
+            correct += int((logits[masked].argmax(-1) == gold).sum())
+            total += int(masked.sum())
+        self.model.train()
+        return round(loss / max(total, 1), 4), round(correct / max(total, 1), 4)
+
+    def _save(self) -> None:
+        sched = {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
+        save_checkpoint(self.ckpt_dir, self.model, self.optimizer,
+                        {"state": asdict(self.state), "scheduler": sched, "fingerprint": self.fingerprint})
+
+    def _resume(self) -> bool:
+        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.model, self.optimizer, "cpu")
+        if saved is None:
+            return False
+        self.scheduler.load_state_dict(self.scheduler.state_dict() | saved["scheduler"])
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
+            group["lr"] = lr
+        self.state = MlmState(**saved["state"])
+        return True
+
+    def train(self) -> MlmState:
+        cfg = self.cfg
+        if self._resume():
+            tqdm.write(f"{self.name}: resuming from the checkpoint at update {self.state.step}", file=sys.stderr)
+        else:
+            torch.manual_seed(cfg.seed)
+            loss, accuracy = self.evaluate()
+            self.state.curve.append({"step": 0, "train_loss": None, "held_out_loss": loss,
+                                     "held_out_accuracy": accuracy})
+            self._save()
+        st = self.state
+        self.model.train()
+        bar = tqdm(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd", dynamic_ncols=True)
+        window, started = [], time.perf_counter()
+        while st.step < cfg.max_updates:
+            batches = _batches(len(self.train_ids), cfg.batch_sentences, cfg.seed, st.epoch)
+            while st.batch_in_epoch < len(batches) and st.step < cfg.max_updates:
+                batch = self._batch([self.train_ids[i] for i in batches[st.batch_in_epoch]])
+                loss = self.model(**batch).loss
+                if not torch.isfinite(loss):
+                    raise InputError(f"{self.name}: masked-LM loss is {loss.item()} at update {st.step + 1}")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                self.optimizer.step()
+                self.scheduler.step()
+                st.step += 1
+                st.batch_in_epoch += 1
+                window.append(loss.item())
+                bar.update(1)
+                if st.step % cfg.eval_every == 0 or st.step == cfg.max_updates:
+                    held_loss, accuracy = self.evaluate()
+                    st.curve.append({"step": st.step, "train_loss": round(sum(window) / len(window), 4),
+                                     "held_out_loss": held_loss, "held_out_accuracy": accuracy})
+                    bar.set_postfix(loss=held_loss, acc=accuracy)
+                    window = []
+                if st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_updates:
+                    st.seconds += time.perf_counter() - started
+                    started = time.perf_counter()
+                    self._save()
+            if st.batch_in_epoch >= len(batches):
+                st.epoch += 1
+                st.batch_in_epoch = 0
+        bar.close()
+        return st
+
+
+def save_bert(model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase, out: Path) -> None:
+    """Write a Hugging Face BERT directory atomically (safetensors weights, tokenizer files)."""
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
