@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -226,3 +227,78 @@ def test_an_abnet_directory_loads_back_with_the_same_weights(tokenizer, tmp_path
     bert, _ = load_bert(tmp_path / "abnet" / "source")
     save_bert(bert, tokenizer, tmp_path / "bert")
     check_bert_dir(tmp_path / "bert")
+
+
+def copy_corpus(folder, lines: list[str]):
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, part in (("train", lines), ("dev", lines[:6])):
+        for code in ("de", "en"):
+            (folder / f"{split}.{code}").write_text("\n".join(part) + "\n", encoding="utf-8")
+    return folder
+
+
+def abnet_training(updates: int, **changes):
+    from vocabridge.config import Lang, Training
+
+    cfg = Training(max_updates=updates, batch_tokens=400, lr=3e-3, warmup=10, eval_every=max(updates // 2, 1),
+                   dev_sentences=6, checkpoint_every=2, log_every=2, patience=0, max_len=40, seed=1)
+    return replace(cfg, **changes), Lang()
+
+
+def test_abnet_training_resumes_exactly_after_a_crash(tokenizer, tmp_path):
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.plm.train import AbnetTrainer, Decoding, encode_pairs, fit_abnet
+
+    class Crash(Exception):
+        pass
+
+    class CrashingTrainer(AbnetTrainer):
+        def _step(self, batch):
+            if self.state.step == 3:  # in the middle of update 4, after the checkpoint at update 2
+                raise Crash()
+            return super()._step(batch)
+
+    corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
+    cfg, lang = abnet_training(4, eval_every=2)
+    straight = tiny_abnet(tokenizer)
+    fit_abnet(straight, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "a", {"run": 1}, "a", Decoding(2, 2))
+    lines = read_text_lines(corpus / "train.de")
+    data = encode_pairs(tokenizer, tokenizer, lines, lines, cfg.max_len)
+    with pytest.raises(Crash):
+        CrashingTrainer(tiny_abnet(tokenizer), tokenizer, tokenizer, data, (lines, lines), cfg, tmp_path / "b",
+                        {"run": 1}, "b", Decoding(2, 2), 1.0).train()
+    resumed = tiny_abnet(tokenizer, seed=7)  # another init: everything must come from the checkpoint
+    fit_abnet(resumed, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "b", {"run": 1}, "b", Decoding(2, 2))
+    for name, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[name]), name
+
+
+def test_the_mask_predict_baseline_learns_to_copy_and_decodes_it(tokenizer, tmp_path):
+    """The copy task, everything trained: length prediction, the conditional masked LM and Mask-Predict decoding
+    together give the source back."""
+    from vocabridge.plm.train import Decoding, fit_abnet, translate_abnet
+
+    corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
+    cfg, lang = abnet_training(200, lr=5e-3, eval_every=100, checkpoint_every=100, log_every=50)
+    size = AdapterSize(encoder_inner=64, decoder_ffn=64, dropout=0.0, max_target_len=36)
+    model = ABNet(build_bert(TINY, tokenizer, 1), build_bert(TINY, tokenizer, 2), size, freeze_bert=False)
+    state, summary = fit_abnet(model, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "ckpt", {"run": 1}, "copy",
+                               Decoding(1, 10))
+    assert summary["trainable_parameters"] == summary["parameters"]
+    hyps, speed = translate_abnet(model, tokenizer, tokenizer, GERMAN[:6], Decoding(1, 10))
+    assert sum(h == s for h, s in zip(hyps, GERMAN[:6], strict=True)) >= 4, hyps
+    assert speed["sentences_per_second"] > 0 and 1 <= speed["mean_iterations"] <= 10
+    assert state.dev_log[-1]["dev_bleu"] > 30
+
+
+def test_abnet_trains_its_adapters_through_frozen_berts(tokenizer, tmp_path):
+    from vocabridge.plm.train import Decoding, fit_abnet
+
+    corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
+    cfg, lang = abnet_training(100, lr=5e-3, eval_every=100, checkpoint_every=100, log_every=50)
+    size = AdapterSize(encoder_inner=64, decoder_ffn=64, dropout=0.0, max_target_len=36)
+    model = ABNet(build_bert(TINY, tokenizer, 1), build_bert(TINY, tokenizer, 2), size)
+    state, summary = fit_abnet(model, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "ckpt", {"run": 1}, "abnet",
+                               Decoding(1, 2))
+    assert summary["trainable_parameters"] < summary["parameters"] / 2
+    assert state.dev_log[-1]["dev_loss"] < 0.7 * state.dev_log[0]["dev_loss"]

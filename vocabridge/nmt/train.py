@@ -158,12 +158,29 @@ class Trainer:
         self.dev_src, self.dev_ref = dev[0][: cfg.dev_sentences], dev[1][: cfg.dev_sentences]
         self.ckpt_dir, self.fingerprint, self.name = Path(ckpt_dir), fingerprint, name
         self.device = next(model.parameters()).device
-        use_fast_attention(model, self.device)
+        self._prepare()
         self.precision = resolve_bf16(cfg.bf16, self.device)
         self.bf16 = self.precision.bf16
-        self.optimizer = adam(model.parameters(), cfg.lr)
+        self.optimizer = adam([p for p in model.parameters() if p.requires_grad], cfg.lr)
         self.scheduler = get_inverse_sqrt_schedule(self.optimizer, num_warmup_steps=max(cfg.warmup, 1))
         self.state = State()
+
+    # -- what a model family defines (AB-Net's trainer overrides these) ---------------------------------------
+    def _prepare(self) -> None:
+        use_fast_attention(self.model, self.device)
+
+    def _collate(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        return collate(self.data, idx, self.src.pad_id, self.tgt.pad_id, self.tgt.pad_id)
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return training_loss(self.model, batch, self.cfg.label_smoothing, self.bf16)
+
+    def _dev_bleu(self) -> float:
+        return dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
+
+    def _dev_loss(self) -> float:
+        return dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, bf16=self.bf16,
+                        tgt_prefix=self.dev_prefix)
 
     # -- checkpoints ------------------------------------------------------------------------------------------
     def _save(self, which: str) -> None:
@@ -193,7 +210,7 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------------------------
     def _step(self, batch: dict[str, torch.Tensor]) -> float:
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        loss = training_loss(self.model, batch, self.cfg.label_smoothing, self.bf16)
+        loss = self._loss(batch)
         if not torch.isfinite(loss):
             where = self.ckpt_dir / "last"
             raise TrainingError(f"{self.name}: loss is {loss.item()} at update {self.state.step + 1}; stopped. "
@@ -205,10 +222,9 @@ class Trainer:
     def _evaluate(self) -> None:
         st = self.state
         started = time.perf_counter()
-        bleu = dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
+        bleu = self._dev_bleu()
         decoded = time.perf_counter()
-        loss = dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, bf16=self.bf16,
-                        tgt_prefix=self.dev_prefix)
+        loss = self._dev_loss()
         st.dev_bleu_seconds += decoded - started
         st.dev_loss_seconds += time.perf_counter() - decoded
         self.model.train()
@@ -248,7 +264,7 @@ class Trainer:
             while st.batch_in_epoch < len(batches) and st.step < cfg.max_updates and not st.stopped:
                 idx = batches[st.batch_in_epoch]
                 tokens = int(sum(len(self.data.tgt[i]) for i in idx))
-                loss = self._step(collate(self.data, idx, self.src.pad_id, self.tgt.pad_id, self.tgt.pad_id))
+                loss = self._step(self._collate(idx))
                 st.step += 1
                 st.batch_in_epoch += 1
                 st.target_tokens += tokens

@@ -1,0 +1,153 @@
+"""Training and decoding AB-Net: the NMT trainer's loop (batches, schedule, dev selection, checkpoints, exact
+resume) with the conditional masked-LM loss and Mask-Predict decoding for dev BLEU.
+
+AB-Net trains in fp32: its frozen BERTs make the forward pass most of an update, and no measurement here has
+shown bf16 faster for it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import sacrebleu
+import torch
+
+from vocabridge.corpora.user import read_text_lines
+from vocabridge.nmt.data import Parallel
+from vocabridge.nmt.train import State, Trainer, TrainingError
+from vocabridge.plm.abnet import ABNet, cmlm_loss, mask_predict, mask_targets
+
+
+@dataclass
+class Decoding:
+    length_candidates: int = 4  # B, the lengths decoded for each sentence (the paper: 4)
+    iterations: int = 10  # T, the upper bound of Mask-Predict iterations (the paper: 10)
+    batch_sentences: int = 32
+
+
+def special_ids(tokenizer) -> dict[str, int]:
+    return {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "mask": tokenizer.mask_token_id,
+            "pad": tokenizer.pad_token_id}
+
+
+def encode_pairs(source_tokenizer, target_tokenizer, sources: list[str], targets: list[str],
+                 max_len: int) -> Parallel:
+    """Both sides as [CLS] pieces [SEP]; pairs with a side longer than max_len pieces (frame included) or an empty
+    target are skipped."""
+    s = source_tokenizer(sources, add_special_tokens=True)["input_ids"] if sources else []
+    t = target_tokenizer(targets, add_special_tokens=True)["input_ids"] if targets else []
+    keep = [i for i in range(len(s)) if len(s[i]) <= max_len and 2 < len(t[i]) <= max_len]
+    return Parallel([np.array(s[i], dtype=np.int64) for i in keep], [np.array(t[i], dtype=np.int64) for i in keep])
+
+
+def pad_sources(rows: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.as_tensor(r)
+    return ids, (ids != pad_id).long()
+
+
+@torch.inference_mode()
+def translate_abnet(model: ABNet, source_tokenizer, target_tokenizer, sentences: list[str],
+                    decoding: Decoding) -> tuple[list[str], dict]:
+    """Mask-Predict translations of `sentences` (batches of similar length, output in input order) and the
+    speed figures the evaluate stage reports for every row."""
+    was_training = model.training
+    model.eval()
+    ids = source_tokenizer(sentences, add_special_tokens=True, truncation=True,
+                           max_length=model.source_bert.config.max_position_embeddings - 1)["input_ids"]
+    order = np.argsort([len(x) for x in ids], kind="stable")
+    out: list[str] = [""] * len(sentences)
+    iterations: list[int] = []
+    started = time.perf_counter()
+    for start in range(0, len(order), decoding.batch_sentences):
+        chunk = order[start : start + decoding.batch_sentences]
+        source, keep = pad_sources([ids[i] for i in chunk], source_tokenizer.pad_token_id)
+        pieces, ran = mask_predict(model, source, keep, special_ids(target_tokenizer),
+                                   decoding.length_candidates, decoding.iterations)
+        for i, p in zip(chunk, pieces, strict=True):
+            out[i] = target_tokenizer.decode(p, skip_special_tokens=True).strip()
+        iterations += ran
+    seconds = time.perf_counter() - started
+    model.train(was_training)
+    return out, {"seconds": round(seconds, 2), "sentences_per_second": round(len(sentences) / max(seconds, 1e-9), 2),
+                 "mean_iterations": round(float(np.mean(iterations)), 2) if iterations else 0.0}
+
+
+class AbnetTrainer(Trainer):
+    """Trainer with AB-Net's loss and dev figures; `src`/`tgt` are the two BERT tokenizers."""
+
+    def __init__(self, model: ABNet, source_tokenizer, target_tokenizer, data: Parallel, dev, cfg, ckpt_dir: Path,
+                 fingerprint: dict, name: str, decoding: Decoding, length_weight: float):
+        self.decoding, self.length_weight = decoding, length_weight
+        super().__init__(model, source_tokenizer, target_tokenizer, data, dev, replace(cfg, bf16=False), ckpt_dir,
+                         fingerprint, name)
+        self.dev_data = encode_pairs(source_tokenizer, target_tokenizer, self.dev_src, self.dev_ref, cfg.max_len)
+
+    def _prepare(self) -> None:
+        pass  # the BERTs were loaded with eager attention (plm.bert)
+
+    def _masked_batch(self, data: Parallel, idx, seed: int) -> dict[str, torch.Tensor]:
+        source, keep = pad_sources([data.src[i] for i in idx], self.src.pad_token_id)
+        batch = mask_targets([data.tgt[i].tolist() for i in idx], self.tgt.mask_token_id, self.tgt.pad_token_id,
+                             torch.Generator().manual_seed(seed))
+        return {"source": source, "source_keep": keep, **batch}
+
+    def _collate(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        # the masks of update n depend on (seed, n) only: a resumed run masks the same pieces
+        return self._masked_batch(self.data, idx, self.cfg.seed * 1_000_003 + self.state.step)
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        loss, _ = cmlm_loss(self.model, batch["source"], batch["source_keep"], batch, self.cfg.label_smoothing,
+                            self.length_weight)
+        return loss
+
+    def _dev_bleu(self) -> float:
+        hyps, _ = translate_abnet(self.model, self.src, self.tgt, self.dev_src, self.decoding)
+        return round(sacrebleu.corpus_bleu(hyps, [self.dev_ref]).score, 2)
+
+    @torch.inference_mode()
+    def _dev_loss(self) -> float:
+        """The conditional masked-LM loss on the dev pairs with fixed masks (no label smoothing)."""
+        was_training = self.model.training
+        self.model.eval()
+        total, weight = 0.0, 0
+        order = np.argsort([len(t) for t in self.dev_data.tgt])
+        for start in range(0, len(order), 32):
+            idx = order[start : start + 32]
+            batch = self._masked_batch(self.dev_data, idx, 7919 + start)
+            loss, _ = cmlm_loss(self.model, batch["source"], batch["source_keep"], batch, 0.0, self.length_weight)
+            total += loss.item() * len(idx)
+            weight += len(idx)
+        self.model.train(was_training)
+        return round(total / max(weight, 1), 4)
+
+
+def fit_abnet(model: ABNet, source_tokenizer, target_tokenizer, corpus: Path, lang, cfg, ckpt_dir: Path,
+              fingerprint: dict, name: str, decoding: Decoding, length_weight: float = 1.0) -> tuple[State, dict]:
+    """Train AB-Net on corpus/train.{src,tgt} with dev selection; leaves the best weights in `model`."""
+    data = encode_pairs(source_tokenizer, target_tokenizer, read_text_lines(corpus / f"train.{lang.src}"),
+                        read_text_lines(corpus / f"train.{lang.tgt}"), cfg.max_len)
+    if not len(data):
+        raise TrainingError(f"{corpus}: no training pair fits max_len={cfg.max_len}")
+    dev = (read_text_lines(corpus / f"dev.{lang.src}"), read_text_lines(corpus / f"dev.{lang.tgt}"))
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    trainer = AbnetTrainer(model, source_tokenizer, target_tokenizer, data, dev, cfg, ckpt_dir, fingerprint, name,
+                           decoding, length_weight)
+    state = trainer.train()
+    trainer.load_best()
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    summary = {
+        "updates": state.step, "best_update": state.best_step, "best_dev_bleu": state.best_bleu,
+        "best_dev_loss": state.best_loss, "selected_by": f"dev {cfg.select_by}", "stopped": state.stopped,
+        "train_pairs": len(data), "target_tokens_seen": state.target_tokens, "train_seconds": round(state.seconds, 1),
+        "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
+        "trainable_parameters": trainable, "parameters": sum(p.numel() for p in model.parameters()),
+        "precision": "fp32", "threads": torch.get_num_threads(),
+    }
+    return state, summary
