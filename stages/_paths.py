@@ -8,6 +8,7 @@ SPM = Path("data/spm")
 UPSTREAMS = Path("data/models/upstream")  # the upstream models: `base` (the pretrain stage) and `upstreams`
 PRETRAINED = UPSTREAMS / "base"
 CBOW = Path("data/cbow")
+PLMS = Path("data/models/plm")  # one pretrained language model (BERT) per language: the plm stage
 GENERATORS = Path("data/models/generator")  # one trained embedding generator per variant
 CHECKPOINTS = Path("data/checkpoints")
 PLOTS = Path("data/plots")

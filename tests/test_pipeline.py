@@ -133,8 +133,26 @@ def test_no_dev_or_test_verse_reaches_training_text(tiny_project):
 
 
 STAGES = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain", "cbow",
-          "generator", "backtranslate",
+          "generator", "backtranslate", "plm@de", "plm@en",
           *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate") for m in METHODS], "report"]
+
+
+@e2e
+def test_each_language_gets_a_pretrained_language_model_with_its_learning_curve(tiny_project):
+    import pandas as pd
+
+    from vocabridge.plm.bert import load_bert
+
+    for code in LANGS:
+        curve = pd.read_csv(tiny_project / "data/plots/plm" / code / "curve.csv")
+        assert curve["step"].tolist() == [0, 20, 40, 60]  # the tiny profile's 60 updates, evaluated every 20
+        assert curve["held_out_loss"].iloc[-1] < curve["held_out_loss"].iloc[0]
+        metrics = json.loads((tiny_project / "data/metrics/plm" / f"{code}.json").read_text())
+        assert metrics["updates"] == 60 and metrics["held_out_sentences"] == 50
+        model, tokenizer = load_bert(tiny_project / "data/models/plm" / code)
+        assert model.config.hidden_size == 32 and len(tokenizer) == metrics["vocab_size"]
+        verse = lines(tiny_project / "data/corpora/downstream" / f"test.{code}")[0]
+        assert tokenizer.decode(tokenizer(verse)["input_ids"], skip_special_tokens=True) == verse  # lossless
 
 
 @e2e

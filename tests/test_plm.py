@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from vocabridge.config import BertArch, MlmTraining
 from vocabridge.errors import InputError
 from vocabridge.plm.abnet import (
     ABNet,
@@ -22,9 +23,7 @@ from vocabridge.plm.abnet import (
     save_abnet,
 )
 from vocabridge.plm.bert import (
-    BertSize,
     MlmTrainer,
-    MlmTraining,
     build_bert,
     check_bert_dir,
     encode_sentences,
@@ -36,7 +35,16 @@ from vocabridge.plm.bert import (
 GERMAN = ["Im Anfang schuf Gott Himmel und Erde.", "Und die Erde war wüst und leer.",
           "Und es war finster auf der Tiefe.", "Und Gott sprach: Es werde Licht!", "Und es ward Licht.",
           "Und Gott sah, dass das Licht gut war."] * 8
-TINY = BertSize(hidden=32, layers=2, heads=2, ffn=64, max_positions=40, dropout=0.1)
+TINY = BertArch(hidden=32, layers=2, heads=2, ffn=64, max_positions=40, dropout=0.1)
+
+
+@pytest.fixture(autouse=True)
+def two_threads():
+    """The same float rounding whatever test ran before (another test's thread count changes it)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +150,8 @@ def test_the_length_token_learns_the_target_length_from_the_source(tokenizer):
     sources = [" ".join([w] * (1 + i % 3)) for i in range(24) for w in words][:24]
     targets = [" ".join(["und"] * (1 + words.index(s.split()[0]))) for s in sources]
     model = tiny_abnet(tokenizer)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    for step in range(200):
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    for step in range(300):
         source, keep, batch = pairs_batch(tokenizer, sources, targets, seed=step)
         loss, _ = cmlm_loss(model, source, keep, batch)
         optimizer.zero_grad()
@@ -153,7 +161,7 @@ def test_the_length_token_learns_the_target_length_from_the_source(tokenizer):
     source, keep, batch = pairs_batch(tokenizer, sources, targets)
     with torch.no_grad():
         predicted = model.encode(source, keep)[2].argmax(-1)
-    assert (predicted == batch["lengths"]).float().mean() >= 0.9
+    assert (predicted == batch["lengths"]).float().mean() >= 0.9  # 1.0 at 1 to 4 threads
 
 
 class ToyModel:

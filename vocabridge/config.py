@@ -311,6 +311,50 @@ class Backtranslation:
 
 
 @dataclass
+class BertArch:
+    """The pipeline's own BERTs (the plm stage), sized for a 2-core CPU."""
+
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    ffn: int = 1024
+    max_positions: int = 130  # [CLS] + 128 pieces + [SEP]
+    dropout: float = 0.1
+
+
+@dataclass
+class MlmTraining:
+    """BERT's masked-LM pretraining: AdamW, linear warm-up then inverse square root."""
+
+    max_updates: int = 3000
+    batch_sentences: int = 64
+    max_len: int = 128  # pieces per sentence ([CLS] and [SEP] included); longer sentences are cut
+    lr: float = 5e-4
+    warmup: int = 300
+    mask_prob: float = 0.15  # of the pieces: 80% [MASK], 10% a random piece, 10% kept (BERT's recipe)
+    eval_every: int = 250
+    held_out_sentences: int = 500  # the learning curve's held-out text: the downstream dev text of the language
+    checkpoint_every: int = 250
+    log_every: int = 50
+    seed: int = 1
+
+
+@dataclass
+class PlmLanguage:
+    """One language's pretrained language model (plm@LANG)."""
+
+    model: str = ""  # a Hugging Face BERT directory of yours (bert-base-german-cased, ...), read offline from its
+    #                  model.safetensors; empty: the plm stage trains one of the pipeline's own
+    vocab_size: int = 8000  # the pieces of the pipeline's own BERT's vocabulary
+
+
+@dataclass
+class Plm:
+    arch: BertArch = field(default_factory=BertArch)
+    train: MlmTraining = field(default_factory=MlmTraining)
+
+
+@dataclass
 class Evaluate:
     decoder: Literal["transformers", "ctranslate2"] = "transformers"  # ctranslate2: same outputs, ~3x faster
     beam: int = 5
@@ -355,6 +399,8 @@ class Params:
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     finetune: Finetune = field(default_factory=Finetune)
     backtranslation: Backtranslation = field(default_factory=Backtranslation)
+    plms: dict[str, PlmLanguage] = field(default_factory=dict)  # language -> its BERT (plm@LANG); none by default
+    plm: Plm = field(default_factory=Plm)  # how the pipeline's own BERTs are made
     evaluate: Evaluate = field(default_factory=Evaluate)
     report: Report = field(default_factory=Report)
     compute: Compute = field(default_factory=Compute)
@@ -457,6 +503,10 @@ def validate(params: Params) -> Params:
         if params.pretrain.external_model:
             raise ConfigError(f"params.yaml: upstreams.{name}: pretrain.external_model is set, so there is no "
                               f"pretraining recipe to repeat with another vocabulary")
+    for code in params.plms:
+        if code not in (params.lang.src, params.lang.tgt):
+            raise ConfigError(f"params.yaml: plms.{code}: not a language of this pipeline ({params.lang.src}, "
+                              f"{params.lang.tgt})")
     if params.backtranslation.sentences < 0:
         raise ConfigError(f"params.yaml: backtranslation.sentences: must be >= 0 (0: all), got "
                           f"{params.backtranslation.sentences}")

@@ -166,6 +166,34 @@ def time_updates(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training,
     return _seconds_per_update(update, device), precision
 
 
+def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: torch.device) -> float:
+    """Seconds per masked-LM update of the plm stage's BERT (plm.bert.MlmTrainer's step) at `threads`."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
+                                       num_attention_heads=arch.heads, intermediate_size=arch.ffn,
+                                       max_position_embeddings=arch.max_positions, hidden_dropout_prob=arch.dropout,
+                                       attention_probs_dropout_prob=arch.dropout))
+    model.set_attn_implementation("eager")
+    model = model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(0)
+    length = min(pieces + 2, cfg.max_len, arch.max_positions)
+    ids = torch.randint(5, vocab, (cfg.batch_sentences, length), generator=gen).to(device)
+    labels = torch.where(torch.rand(ids.shape, generator=gen).to(device) < cfg.mask_prob, ids, -100)
+
+    def update() -> None:
+        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return _seconds_per_update(update, device)
+
+
 def time_beside(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, twins: int) -> float:
     """Seconds per one-thread update while `twins` copies of the same work run beside it, one thread each.
 
@@ -309,6 +337,14 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
                 note(f"{kind} updates at {threads} thread(s)")
                 timed[key] = time_updates(arch, key[0], pieces, cfg, threads, device, frozen)
             machine.train[kind][threads], machine.precision[kind] = timed[key]
+    own_plms = [spec for spec in params.plms.values() if not spec.model]
+    if own_plms:
+        vocab = max(spec.vocab_size for spec in own_plms)
+        machine.train["plm"] = {}
+        for threads in thread_counts:
+            note(f"masked-LM updates (plm) at {threads} thread(s)")
+            machine.train["plm"][threads] = time_mlm_updates(params.plm.arch, vocab, params.plm.train, down[0],
+                                                             threads, device)
     if device.type == "cpu" and cores > 1:
         note(f"finetune updates at 1 thread, {cores - 1} beside it")
         alone = machine.train["finetune-downstream"][1]
@@ -338,7 +374,9 @@ def measurement_key(params: Params, cores: int) -> str:
              json.dumps([dataclasses.asdict(params.spm), dataclasses.asdict(params.evaluate),
                          dataclasses.asdict(params.pretrain.train), dataclasses.asdict(params.finetune.train),
                          dataclasses.asdict(params.generator.train), params.compute.device,
-                         generators_needed(params.methods, params.transfer)], sort_keys=True, default=str)]
+                         generators_needed(params.methods, params.transfer), dataclasses.asdict(params.plm),
+                         {code: dataclasses.asdict(spec) for code, spec in params.plms.items()}],
+                        sort_keys=True, default=str)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -454,6 +492,18 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
         lines = _count_lines(corpora / "downstream" / f"mono.{params.lang.tgt}", mono)
         lines = min(lines, params.backtranslation.sentences or lines)
         return start + 4 + lines * _at(machine.beam, threads)
+    if group == "plm":  # a unigram vocabulary, then masked-LM updates; a held-out pass (a third of an update per
+        #                  batch) at every evaluation
+        spec = params.plms[item]
+        if spec.model:
+            return start + 5
+        cfg = params.plm.train
+        lines = _count_lines(corpora / "upstream" / f"train.{item}", UPSTREAM_LINES) + size
+        held_out = min(cfg.held_out_sentences, down_dev)
+        evals = cfg.max_updates // max(cfg.eval_every, 1) + 1
+        update = _at(machine.train["plm"], threads)
+        return (start + 5 + 10 * lines / 50000 + cfg.max_updates * update
+                + evals * held_out / max(cfg.batch_sentences, 1) * update / 3)
     if group == "report":
         return start + 5 + 2 * len(params.methods)
     return start

@@ -28,6 +28,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from vocabridge.config import BertArch, MlmTraining
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
 from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
@@ -58,17 +59,7 @@ def train_plm_tokenizer(texts: list[str], vocab_size: int, out: Path) -> PreTrai
     return tokenizer
 
 
-@dataclass
-class BertSize:
-    hidden: int = 256
-    layers: int = 4
-    heads: int = 4
-    ffn: int = 1024
-    max_positions: int = 128
-    dropout: float = 0.1
-
-
-def build_bert(size: BertSize, tokenizer: PreTrainedTokenizerBase, seed: int) -> BertForMaskedLM:
+def build_bert(size: BertArch, tokenizer: PreTrainedTokenizerBase, seed: int) -> BertForMaskedLM:
     """A freshly initialised BERT with an MLM head (output layer tied to the embeddings)."""
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=size.hidden, num_hidden_layers=size.layers,
@@ -106,21 +97,6 @@ def load_bert(path: Path) -> tuple[BertForMaskedLM, PreTrainedTokenizerBase]:
     model.set_attn_implementation("eager")
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model, tokenizer
-
-
-@dataclass
-class MlmTraining:
-    max_updates: int = 3000
-    batch_sentences: int = 64
-    max_len: int = 128  # pieces per sentence ([CLS] and [SEP] included); longer sentences are cut
-    lr: float = 5e-4
-    warmup: int = 300
-    mask_prob: float = 0.15
-    eval_every: int = 250
-    held_out_sentences: int = 500  # the learning curve's held-out text (never trained on)
-    checkpoint_every: int = 250
-    log_every: int = 50
-    seed: int = 1
 
 
 @dataclass
