@@ -11,7 +11,7 @@ from flows.errors import FlowError
 
 # Stage groups that train or translate: their tasks carry the `gpu` tag unless dvc.yaml says otherwise
 # (`meta: {prefect: {gpu: false}}`). Downloads fail transiently, so `prepare` is retried by default.
-GPU_GROUPS = frozenset({"pretrain", "upstream", "plm", "generator", "finetune", "evaluate"})
+GPU_GROUPS = frozenset({"pretrain", "upstream", "plm", "abnet", "generator", "finetune", "evaluate"})
 RETRY_GROUPS = {"prepare": 3}
 # Long stages on the critical path that every later stage waits for: they get all the cores however many
 # short stages run beside them (`meta: {prefect: {all_cores: false}}` to share instead).

@@ -17,13 +17,19 @@ from vocabridge.nmt.model import load_model
 from vocabridge.nmt.precision import Precision, resolve_bf16
 from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import translate
+from vocabridge.plm.abnet import load_abnet
+from vocabridge.plm.train import translate_abnet
 
 
 def main(argv: list[str]) -> None:
     method, params = paths.method_stage_args(__doc__, argv)
     cfg, lang = params.evaluate, params.lang
     device = use_compute(params.compute)
-    model, src, tgt = load_model(paths.finetuned(method), str(device))
+    abnet = (paths.finetuned(method) / "abnet.json").is_file()  # an AB-Net row: Mask-Predict, not beam search
+    if abnet:
+        model, src, tgt = load_abnet(paths.finetuned(method))
+    else:
+        model, src, tgt = load_model(paths.finetuned(method), str(device))
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
     precision = Precision(False, "ctranslate2 (its own default compute type)")
@@ -31,6 +37,8 @@ def main(argv: list[str]) -> None:
         precision = resolve_bf16(cfg.bf16, device)
 
     def decode(lines: list[str]) -> tuple[list[str], dict]:
+        if abnet:
+            return translate_abnet(model, src, tgt, lines, params.abnet.decoding)
         if cfg.decoder == "ctranslate2":
             from vocabridge.ct2 import translate_ct2
 
@@ -41,7 +49,10 @@ def main(argv: list[str]) -> None:
                          batch_tokens=cfg.batch_tokens, bf16=precision.bf16)
 
     hyps, speed = decode(sources)
-    metrics = {"method": method, "decoder": cfg.decoder, "test_sentences": len(sources), "beam": cfg.beam,
+    if abnet:
+        precision = Precision(False, "AB-Net decodes in fp32")
+    metrics = {"method": method, "decoder": "mask-predict" if abnet else cfg.decoder, "test_sentences": len(sources),
+               "beam": cfg.beam,
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed, **precision.as_metrics()}
     upstream_hyps = []

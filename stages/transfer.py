@@ -29,6 +29,14 @@ def main(argv: list[str]) -> None:
         if knobs.train_pairs > available:
             raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: {knobs.train_pairs} is more than the "
                               f"{available} training pairs of {corpus}")
+    row = {key: value for key, value in (("seed", knobs.seed), ("train_pairs", knobs.train_pairs),
+                                         ("backtranslated", knobs.backtranslated or None)) if value is not None}
+    if method.family == "abnet":
+        if knobs.upstream not in params.abnets:
+            raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}' is not an AB-Net model; add "
+                              f"abnets.{knobs.upstream} (AB-Net models: {', '.join(sorted(params.abnets)) or 'none'})")
+        abnet_row(name, params, knobs.upstream, row)
+        return
     if knobs.upstream != "base" and knobs.upstream not in params.upstreams:
         known = ", ".join(["base", *sorted(params.upstreams)])
         raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}' is not an upstream model; add "
@@ -45,8 +53,6 @@ def main(argv: list[str]) -> None:
     use_compute(params.compute)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
-    row = {key: value for key, value in (("seed", knobs.seed), ("train_pairs", knobs.train_pairs),
-                                         ("backtranslated", knobs.backtranslated or None)) if value is not None}
     if row:  # what the finetune stage of this row does differently (it reads it here, with the model)
         diagnostics["row"] = row
     with atomic_dir(paths.init_model(name)) as tmp:
@@ -58,6 +64,37 @@ def main(argv: list[str]) -> None:
     for side in ("encoder", "decoder"):
         loo = (diagnostics.get(side) or {}).get("leave_one_out")
         scores[f"leave_one_out_cosine_{side}"] = loo["mean_cosine"] if loo else None
+    write_json(paths.DIAGNOSTICS / f"{name}.json", diagnostics)
+    write_json(paths.METRICS / "transfer" / f"{name}.json", scores)
+    print(name, scores)
+
+
+def abnet_row(name: str, params, upstream: str, row: dict) -> None:
+    """An AB-Net row's initial model is its AB-Net as the abnet stage left it; zero-shot dev BLEU by Mask-Predict
+    (a masked LM has no perplexity to compare with the NMT rows')."""
+    import shutil
+
+    import sacrebleu
+
+    from vocabridge.plm.abnet import load_abnet
+    from vocabridge.plm.train import translate_abnet
+
+    lang, corpus = params.lang, paths.CORPORA / "downstream"
+    source = paths.upstream(upstream)
+    model, source_tokenizer, target_tokenizer = load_abnet(source)
+    diagnostics = {"method": name, "vocabulary": "plm", "upstream": upstream, "rows": {"copied": 1.0},
+                   "vocab_size": {"src": len(source_tokenizer), "tgt": len(target_tokenizer)}}
+    if row:
+        diagnostics["row"] = row
+    with atomic_dir(paths.init_model(name)) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        write_json(tmp / "diagnostics.json", diagnostics)
+    n = params.diagnostics.dev_sentences
+    sources, refs = (read_text_lines(corpus / f"dev.{code}")[:n] for code in (lang.src, lang.tgt))
+    use_compute(params.compute)
+    hyps, _ = translate_abnet(model, source_tokenizer, target_tokenizer, sources, params.abnet.decoding)
+    scores = {"dev_bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2), "dev_perplexity": None,
+              "leave_one_out_cosine_encoder": None, "leave_one_out_cosine_decoder": None}
     write_json(paths.DIAGNOSTICS / f"{name}.json", diagnostics)
     write_json(paths.METRICS / "transfer" / f"{name}.json", scores)
     print(name, scores)

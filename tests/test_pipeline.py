@@ -590,3 +590,49 @@ def test_the_ledger_takes_a_finished_run_and_refuses_a_stale_one(tiny_copy):
     proc = run(["python", "-m", "vocabridge.cli", "results"], tiny_copy)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode != 0 and len(errors) == 1 and "report" in errors[0] and "not up to date" in errors[0]
+
+
+PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}},
+            "abnet": {"adapters": {"encoder_inner": 32, "decoder_ffn": 64, "max_target_len": 62},
+                      "train": {"max_updates": 60, "batch_tokens": 800, "lr": 0.003, "warmup": 10, "eval_every": 30,
+                                "dev_sentences": 20, "checkpoint_every": 30, "log_every": 10, "max_len": 64,
+                                "select_by": "loss"},
+                      "finetune": {"max_updates": 40, "batch_tokens": 800, "lr": 0.003, "warmup": 10,
+                                   "eval_every": 20, "dev_sentences": 20, "checkpoint_every": 20, "log_every": 10,
+                                   "max_len": 64, "select_by": "loss"}}}
+
+
+@e2e
+def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
+    """AB-Net (Guo et al. 2020) on the plm stage's BERTs and its Mask-Predict baseline: trained on the upstream
+    corpus (abnet@NAME), fine-tuned, decoded by Mask-Predict and reported beside the NMT rows."""
+    import pandas as pd
+    from safetensors.torch import load_file
+
+    from vocabridge.config import deep_merge
+
+    params = deep_merge(yaml.safe_load((tiny_copy / "params.yaml").read_text()), PLM_ROWS)
+    params["methods"] += ["abnet", "mask-predict"]
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run(["dvc", "repro", "report"], tiny_copy)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = set(yaml.safe_load((tiny_copy / "dvc.lock").read_text())["stages"])
+    assert {"abnet@abnet", "abnet@mask-predict", "evaluate@abnet", "evaluate@mask-predict"} <= ran
+    for row in ("abnet", "mask-predict"):
+        metrics = json.loads((tiny_copy / f"data/eval/{row}/metrics.json").read_text())
+        assert metrics["decoder"] == "mask-predict" and 1 <= metrics["mean_iterations"] <= 10
+        assert len(lines(tiny_copy / f"data/eval/{row}/hyp.txt")) == metrics["test_sentences"]
+        assert metrics["upstream"]["test_sentences"] == 200
+        tuning = json.loads((tiny_copy / f"data/metrics/finetune/{row}.json").read_text())
+        assert tuning["updates"] == 40 and tuning["train_pairs"] <= 1000  # the rows' downstream sample
+    frozen = json.loads((tiny_copy / "data/metrics/finetune/abnet.json").read_text())
+    free = json.loads((tiny_copy / "data/metrics/finetune/mask-predict.json").read_text())
+    assert frozen["trainable_parameters"] < frozen["parameters"] / 2
+    assert free["trainable_parameters"] == free["parameters"]
+    # AB-Net never changes its BERTs: the fine-tuned row's decoder BERT is the plm stage's
+    plm = load_file(tiny_copy / "data/models/plm/en/model.safetensors")
+    tuned = load_file(tiny_copy / "data/models/finetuned/abnet/target/model.safetensors")
+    assert all(plm[k].equal(tuned[k]) for k in plm)
+    table = pd.read_csv(tiny_copy / "data/reports/results/report.csv")
+    ours = table[table["source"] == "vocabridge"].set_index("method")
+    assert ours.loc[["abnet", "mask-predict"], "bleu"].notna().all()

@@ -10,11 +10,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from vocabridge.config import BertArch, MlmTraining
+from vocabridge.config import AbnetAdapters, BertArch, MaskPredict, MlmTraining
 from vocabridge.errors import InputError
 from vocabridge.plm.abnet import (
     ABNet,
-    AdapterSize,
     cmlm_loss,
     load_abnet,
     mask_predict,
@@ -94,7 +93,7 @@ def test_masked_lm_pretraining_learns(tokenizer, tmp_path):
 
 
 def tiny_abnet(tokenizer, freeze: bool = True, seed: int = 1) -> ABNet:
-    size = AdapterSize(encoder_inner=16, decoder_ffn=32, dropout=0.0, max_target_len=20)
+    size = AbnetAdapters(encoder_inner=16, decoder_ffn=32, dropout=0.0, max_target_len=20)
     return ABNet(build_bert(TINY, tokenizer, seed), build_bert(TINY, tokenizer, seed + 1), size, freeze)
 
 
@@ -255,7 +254,7 @@ def abnet_training(updates: int, **changes):
 
 def test_abnet_training_resumes_exactly_after_a_crash(tokenizer, tmp_path):
     from vocabridge.corpora.user import read_text_lines
-    from vocabridge.plm.train import AbnetTrainer, Decoding, encode_pairs, fit_abnet
+    from vocabridge.plm.train import AbnetTrainer, encode_pairs, fit_abnet
 
     class Crash(Exception):
         pass
@@ -269,14 +268,14 @@ def test_abnet_training_resumes_exactly_after_a_crash(tokenizer, tmp_path):
     corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
     cfg, lang = abnet_training(4, eval_every=2)
     straight = tiny_abnet(tokenizer)
-    fit_abnet(straight, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "a", {"run": 1}, "a", Decoding(2, 2))
+    fit_abnet(straight, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "a", {"run": 1}, "a", MaskPredict(2, 2))
     lines = read_text_lines(corpus / "train.de")
     data = encode_pairs(tokenizer, tokenizer, lines, lines, cfg.max_len)
     with pytest.raises(Crash):
         CrashingTrainer(tiny_abnet(tokenizer), tokenizer, tokenizer, data, (lines, lines), cfg, tmp_path / "b",
-                        {"run": 1}, "b", Decoding(2, 2), 1.0).train()
+                        {"run": 1}, "b", MaskPredict(2, 2), 1.0).train()
     resumed = tiny_abnet(tokenizer, seed=7)  # another init: everything must come from the checkpoint
-    fit_abnet(resumed, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "b", {"run": 1}, "b", Decoding(2, 2))
+    fit_abnet(resumed, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "b", {"run": 1}, "b", MaskPredict(2, 2))
     for name, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[name]), name
 
@@ -284,29 +283,40 @@ def test_abnet_training_resumes_exactly_after_a_crash(tokenizer, tmp_path):
 def test_the_mask_predict_baseline_learns_to_copy_and_decodes_it(tokenizer, tmp_path):
     """The copy task, everything trained: length prediction, the conditional masked LM and Mask-Predict decoding
     together give the source back."""
-    from vocabridge.plm.train import Decoding, fit_abnet, translate_abnet
+    from vocabridge.plm.train import fit_abnet, translate_abnet
 
     corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
     cfg, lang = abnet_training(200, lr=5e-3, eval_every=100, checkpoint_every=100, log_every=50)
-    size = AdapterSize(encoder_inner=64, decoder_ffn=64, dropout=0.0, max_target_len=36)
+    size = AbnetAdapters(encoder_inner=64, decoder_ffn=64, dropout=0.0, max_target_len=36)
     model = ABNet(build_bert(TINY, tokenizer, 1), build_bert(TINY, tokenizer, 2), size, freeze_bert=False)
     state, summary = fit_abnet(model, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "ckpt", {"run": 1}, "copy",
-                               Decoding(1, 10))
+                               MaskPredict(1, 10))
     assert summary["trainable_parameters"] == summary["parameters"]
-    hyps, speed = translate_abnet(model, tokenizer, tokenizer, GERMAN[:6], Decoding(1, 10))
+    hyps, speed = translate_abnet(model, tokenizer, tokenizer, GERMAN[:6], MaskPredict(1, 10))
     assert sum(h == s for h, s in zip(hyps, GERMAN[:6], strict=True)) >= 4, hyps
     assert speed["sentences_per_second"] > 0 and 1 <= speed["mean_iterations"] <= 10
     assert state.dev_log[-1]["dev_bleu"] > 30
 
 
 def test_abnet_trains_its_adapters_through_frozen_berts(tokenizer, tmp_path):
-    from vocabridge.plm.train import Decoding, fit_abnet
+    from vocabridge.plm.train import fit_abnet
 
     corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
     cfg, lang = abnet_training(100, lr=5e-3, eval_every=100, checkpoint_every=100, log_every=50)
-    size = AdapterSize(encoder_inner=64, decoder_ffn=64, dropout=0.0, max_target_len=36)
+    size = AbnetAdapters(encoder_inner=64, decoder_ffn=64, dropout=0.0, max_target_len=36)
     model = ABNet(build_bert(TINY, tokenizer, 1), build_bert(TINY, tokenizer, 2), size)
     state, summary = fit_abnet(model, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "ckpt", {"run": 1}, "abnet",
-                               Decoding(1, 2))
+                               MaskPredict(1, 2))
     assert summary["trainable_parameters"] < summary["parameters"] / 2
     assert state.dev_log[-1]["dev_loss"] < 0.7 * state.dev_log[0]["dev_loss"]
+
+
+def test_a_mask_predict_directory_keeps_its_trained_berts(tokenizer, tmp_path):
+    model = tiny_abnet(tokenizer, freeze=False)
+    for p in model.parameters():
+        torch.nn.init.normal_(p)
+    save_abnet(model, tmp_path / "mp", tokenizer, tokenizer)
+    loaded, _, _ = load_abnet(tmp_path / "mp")
+    assert not loaded.freeze_bert
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[name]), name

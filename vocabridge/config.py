@@ -355,6 +355,46 @@ class Plm:
 
 
 @dataclass
+class AbnetAdapters:
+    encoder_inner: int = 512  # d_Aenc, the encoder adapter's inner size (the paper: 512 on IWSLT, 2048 on WMT)
+    decoder_ffn: int = 1024  # d_FFN of the decoder adapter (the paper: the Transformer baseline's)
+    dropout: float = 0.1
+    max_target_len: int = 126  # lengths the [LENGTH] classifier can predict, in target pieces (at most the target
+    #                            BERT's positions - 2)
+
+
+@dataclass
+class MaskPredict:
+    length_candidates: int = 4  # B, the lengths decoded for each sentence (the paper: 4)
+    iterations: int = 10  # T, the upper bound of Mask-Predict iterations (the paper: 10)
+    batch_sentences: int = 32
+
+
+@dataclass
+class AbnetModel:
+    """One AB-Net trained on the upstream corpus (abnet@NAME), which rows fine-tune like an upstream model."""
+
+    plms: bool = True  # false: the Mask-Predict baseline without BERT: the same layers from random weights, all
+    #                    of them trained
+    upstream: bool = True  # false: no upstream training; rows learn from the downstream data alone
+
+
+@dataclass
+class AbnetParams:
+    """AB-Net (Guo et al. 2020): frozen BERTs of `plms` joined by adapters, a conditional masked LM decoded by
+    Mask-Predict."""
+
+    adapters: AbnetAdapters = field(default_factory=AbnetAdapters)
+    length_weight: float = 1.0  # the length loss is added to the masked-piece loss (the paper)
+    decoding: MaskPredict = field(default_factory=MaskPredict)
+    train: Training = field(default_factory=lambda: Training(max_updates=10000, warmup=1000, eval_every=1000,
+                                                             batch_tokens=4000, lr=5e-4, select_by="loss"))
+    finetune: Training = field(default_factory=lambda: Training(max_updates=350, batch_tokens=1500, lr=5e-4,
+                                                                warmup=100, eval_every=50, dev_sentences=200,
+                                                                patience=0, checkpoint_every=50, threads=1))
+
+
+@dataclass
 class Evaluate:
     decoder: Literal["transformers", "ctranslate2"] = "transformers"  # ctranslate2: same outputs, ~3x faster
     beam: int = 5
@@ -401,6 +441,8 @@ class Params:
     backtranslation: Backtranslation = field(default_factory=Backtranslation)
     plms: dict[str, PlmLanguage] = field(default_factory=dict)  # language -> its BERT (plm@LANG); none by default
     plm: Plm = field(default_factory=Plm)  # how the pipeline's own BERTs are made
+    abnets: dict[str, AbnetModel] = field(default_factory=dict)  # AB-Net models (abnet@NAME); none by default
+    abnet: AbnetParams = field(default_factory=AbnetParams)
     evaluate: Evaluate = field(default_factory=Evaluate)
     report: Report = field(default_factory=Report)
     compute: Compute = field(default_factory=Compute)
@@ -507,6 +549,14 @@ def validate(params: Params) -> Params:
         if code not in (params.lang.src, params.lang.tgt):
             raise ConfigError(f"params.yaml: plms.{code}: not a language of this pipeline ({params.lang.src}, "
                               f"{params.lang.tgt})")
+    for name in params.abnets:
+        if name == "base" or name in params.upstreams or not name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"params.yaml: abnets.{name}: a name of letters, digits, '-' and '_', neither 'base' "
+                              f"nor an entry of upstreams (they share data/models/upstream)")
+        missing = [code for code in (params.lang.src, params.lang.tgt) if code not in params.plms]
+        if missing:
+            raise ConfigError(f"params.yaml: abnets.{name}: needs a BERT per language; add plms.{missing[0]} "
+                              f"(`{{}}` trains the pipeline's own)")
     if params.backtranslation.sentences < 0:
         raise ConfigError(f"params.yaml: backtranslation.sentences: must be >= 0 (0: all), got "
                           f"{params.backtranslation.sentences}")

@@ -194,6 +194,56 @@ def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: t
     return _seconds_per_update(update, device)
 
 
+def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
+               pretrained: bool) -> tuple[float, float]:
+    """Seconds per AB-Net training update (abnet.train's batch; BERTs frozen when `pretrained`) and per sentence
+    of Mask-Predict decoding (abnet.decoding), on random BERTs of plm.arch's size, at `threads`."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from vocabridge.plm.abnet import ABNet, cmlm_loss, mask_predict, mask_targets
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    arch = params.plm.arch
+    config = BertConfig(vocab_size=vocab, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
+                        num_attention_heads=arch.heads, intermediate_size=arch.ffn,
+                        max_position_embeddings=arch.max_positions)
+    berts = [BertForMaskedLM(config) for _ in range(2)]
+    for bert in berts:
+        bert.set_attn_implementation("eager")
+    adapters = dataclasses.replace(params.abnet.adapters,
+                                   max_target_len=min(params.abnet.adapters.max_target_len, arch.max_positions - 2))
+    model = ABNet(*berts, adapters, freeze_bert=pretrained).to(device).train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = adam(trainable, 1e-4)
+    length = max(3, min(pieces + 2, arch.max_positions))
+    rows = max(1, int(BUDGET_FILL * params.abnet.train.batch_tokens) // length)
+    gen = torch.Generator().manual_seed(0)
+    source = torch.randint(5, vocab, (rows, length), generator=gen)
+    targets = torch.randint(5, vocab, (rows, length), generator=gen)
+    batch = mask_targets(targets.tolist(), 4, 0, gen)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    source, keep = source.to(device), torch.ones_like(source).to(device)
+
+    def update() -> None:
+        loss, _ = cmlm_loss(model, source, keep, batch)
+        apply_gradients(loss, optimizer, trainable, 1.0)
+
+    per_update = _seconds_per_update(update, device)
+    model.eval()
+    decoding = params.abnet.decoding
+    sentences = source[: decoding.batch_sentences]
+    special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
+    mask_predict(model, sentences, keep[: len(sentences)], special, decoding.length_candidates, 1)  # warm-up
+    _sync(device)
+    started = time.perf_counter()
+    # random weights stop early; a trained model runs about half of its iterations (T/2)
+    mask_predict(model, sentences, keep[: len(sentences)], special, decoding.length_candidates,
+                 max(1, decoding.iterations // 2))
+    _sync(device)
+    return per_update, (time.perf_counter() - started) / len(sentences)
+
+
 def time_beside(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, twins: int) -> float:
     """Seconds per one-thread update while `twins` copies of the same work run beside it, one thread each.
 
@@ -345,6 +395,16 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
             note(f"masked-LM updates (plm) at {threads} thread(s)")
             machine.train["plm"][threads] = time_mlm_updates(params.plm.arch, vocab, params.plm.train, down[0],
                                                              threads, device)
+    for spec in params.abnets.values():
+        kind = "abnet" if spec.plms else "mask-predict"
+        if kind in machine.train:
+            continue
+        vocab = max([s.vocab_size for s in params.plms.values()] or [8000])
+        machine.train[kind], machine.greedy[kind] = {}, {}
+        for threads in thread_counts:
+            note(f"{kind} updates and Mask-Predict decoding at {threads} thread(s)")
+            machine.train[kind][threads], machine.greedy[kind][threads] = time_abnet(
+                params, vocab, down[0], threads, device, spec.plms)
     if device.type == "cpu" and cores > 1:
         note(f"finetune updates at 1 thread, {cores - 1} beside it")
         alone = machine.train["finetune-downstream"][1]
@@ -375,6 +435,7 @@ def measurement_key(params: Params, cores: int) -> str:
                          dataclasses.asdict(params.pretrain.train), dataclasses.asdict(params.finetune.train),
                          dataclasses.asdict(params.generator.train), params.compute.device,
                          generators_needed(params.methods, params.transfer), dataclasses.asdict(params.plm),
+                         dataclasses.asdict(params.abnet), {k: dataclasses.asdict(v) for k, v in params.abnets.items()},
                          {code: dataclasses.asdict(spec) for code, spec in params.plms.items()}],
                         sort_keys=True, default=str)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -425,6 +486,13 @@ def _training(machine: Machine, kind: str, greedy_domain: str, cfg: Training, th
             + evals * (sentences * _at(machine.greedy[greedy_domain], threads) + loss_batches * update / 3))
 
 
+def _abnet_training(machine: Machine, kind: str, cfg: Training, threads: int, dev_sentences: int) -> float:
+    evals = cfg.max_updates // max(cfg.eval_every, 1) + 2
+    update = _at(machine.train[kind], threads)
+    sentences = min(cfg.dev_sentences, dev_sentences)
+    return cfg.max_updates * update + evals * sentences * (_at(machine.greedy[kind], threads) + update / 10)
+
+
 def stage_seconds(stage: str, params: Params, machine: Machine, threads: int, root: Path = Path(".")) -> float:
     """Expected wall time of one DVC stage (`pretrain`, `finetune@va-llm`) at `threads` torch threads.
 
@@ -468,6 +536,24 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
             lines = _count_lines(corpora / "upstream" / f"train.{params.lang.src}", UPSTREAM_LINES)
             init = cbow_seconds(lines * sum(TYPICAL_PIECES["upstream"]) / 2, params.pretrain.cbow.epochs)
         return start + 10 + init + _training(machine, "pretrain", "upstream", cfg, cfg.threads or threads, up_dev)
+    if group == "abnet":  # conditional masked-LM updates, Mask-Predict dev BLEU at each evaluation
+        spec = params.abnets[item]
+        if not spec.upstream:
+            return start + 10
+        return start + 10 + _abnet_training(machine, "abnet" if spec.plms else "mask-predict", params.abnet.train,
+                                            threads, up_dev)
+    if group in ("transfer", "finetune", "evaluate") and get_method(item, params.transfer).family == "abnet":
+        upstream = params.abnets.get(knobs_for(item, params.transfer).upstream)
+        kind = "abnet" if upstream is None or upstream.plms else "mask-predict"
+        decode = _at(machine.greedy[kind], threads)
+        if group == "transfer":
+            return start + 8 + params.diagnostics.dev_sentences * decode
+        if group == "finetune":
+            cfg = params.abnet.finetune
+            return start + 5 + _abnet_training(machine, kind, cfg, cfg.threads or threads, down_dev)
+        test = _count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
+        up_test = _count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
+        return start + 4 + (test + min(params.evaluate.upstream_sentences, up_test)) * decode
     if group == "generator":
         variants = generators_needed(params.methods, params.transfer)
         per = params.generator.train.steps * _at(machine.train.get("generator", {0: 0.0}), threads)

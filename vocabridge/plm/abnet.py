@@ -13,7 +13,7 @@ then cross-attention and FFN, trained end to end.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -22,16 +22,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import BertForMaskedLM
 
+from vocabridge.config import AbnetAdapters
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir, write_json
-
-
-@dataclass
-class AdapterSize:
-    encoder_inner: int = 512  # d_Aenc, the encoder adapter's inner size (the paper: 512 IWSLT, 2048 WMT)
-    decoder_ffn: int = 1024  # d_FFN of the decoder adapter (the paper: the Transformer baseline's)
-    dropout: float = 0.1
-    max_target_len: int = 128  # lengths the [LENGTH] classifier can predict (in target pieces)
 
 
 class EncoderAdapter(nn.Module):
@@ -71,7 +64,7 @@ def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class ABNet(nn.Module):
-    def __init__(self, source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, size: AdapterSize,
+    def __init__(self, source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, size: AbnetAdapters,
                  freeze_bert: bool = True):
         super().__init__()
         longest = target_bert.config.max_position_embeddings - 2
@@ -115,9 +108,9 @@ class ABNet(nn.Module):
         return self.target_bert.cls(states)
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
-        """What AB-Net trains: everything but the BERTs (all of it when the BERTs train too)."""
-        return {k: v for k, v in self.state_dict().items()
-                if not self.freeze_bert or not k.startswith(("source_bert.", "target_bert."))}
+        """Everything but the BERTs (adapters, [LENGTH] vector, length classifier): what AB-Net trains, and what a
+        model directory holds beside the two BERT directories."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith(("source_bert.", "target_bert."))}
 
 
 def mask_targets(targets: list[list[int]], mask_id: int, pad_id: int,
@@ -244,8 +237,23 @@ def load_abnet(path: Path):
     meta = json.loads((path / "abnet.json").read_text(encoding="utf-8"))
     source_bert, source_tokenizer = load_bert(path / "source")
     target_bert, target_tokenizer = load_bert(path / "target")
-    model = ABNet(source_bert, target_bert, AdapterSize(**meta["size"]), freeze_bert=meta["freeze_bert"])
+    model = ABNet(source_bert, target_bert, AbnetAdapters(**meta["size"]), freeze_bert=meta["freeze_bert"])
     missing = model.load_state_dict(load_file(str(path / "adapters.safetensors")), strict=False)
     if missing.unexpected_keys:
         raise InputError(f"{path}/adapters.safetensors: unexpected tensors {missing.unexpected_keys[:3]}")
     return model, source_tokenizer, target_tokenizer
+
+
+def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool, seed: int):
+    """An untrained AB-Net on the BERT directories (model, source tokenizer, target tokenizer). `pretrained`
+    false: the Mask-Predict baseline, the same layers re-initialised at random and all of them trained."""
+    from vocabridge.plm.bert import load_bert
+
+    source_bert, source_tokenizer = load_bert(source_dir)
+    target_bert, target_tokenizer = load_bert(target_dir)
+    torch.manual_seed(seed)
+    if not pretrained:
+        source_bert, target_bert = (type(b)(b.config) for b in (source_bert, target_bert))
+        for bert in (source_bert, target_bert):
+            bert.set_attn_implementation("eager")
+    return ABNet(source_bert, target_bert, adapters, freeze_bert=pretrained), source_tokenizer, target_tokenizer

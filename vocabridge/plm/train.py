@@ -8,24 +8,18 @@ shown bf16 faster for it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import sacrebleu
 import torch
 
+from vocabridge.config import MaskPredict
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.train import State, Trainer, TrainingError
 from vocabridge.plm.abnet import ABNet, cmlm_loss, mask_predict, mask_targets
-
-
-@dataclass
-class Decoding:
-    length_candidates: int = 4  # B, the lengths decoded for each sentence (the paper: 4)
-    iterations: int = 10  # T, the upper bound of Mask-Predict iterations (the paper: 10)
-    batch_sentences: int = 32
 
 
 def special_ids(tokenizer) -> dict[str, int]:
@@ -53,7 +47,7 @@ def pad_sources(rows: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.inference_mode()
 def translate_abnet(model: ABNet, source_tokenizer, target_tokenizer, sentences: list[str],
-                    decoding: Decoding) -> tuple[list[str], dict]:
+                    decoding: MaskPredict) -> tuple[list[str], dict]:
     """Mask-Predict translations of `sentences` (batches of similar length, output in input order) and the
     speed figures the evaluate stage reports for every row."""
     was_training = model.training
@@ -63,6 +57,7 @@ def translate_abnet(model: ABNet, source_tokenizer, target_tokenizer, sentences:
     order = np.argsort([len(x) for x in ids], kind="stable")
     out: list[str] = [""] * len(sentences)
     iterations: list[int] = []
+    lengths: list[int] = []
     started = time.perf_counter()
     for start in range(0, len(order), decoding.batch_sentences):
         chunk = order[start : start + decoding.batch_sentences]
@@ -72,9 +67,11 @@ def translate_abnet(model: ABNet, source_tokenizer, target_tokenizer, sentences:
         for i, p in zip(chunk, pieces, strict=True):
             out[i] = target_tokenizer.decode(p, skip_special_tokens=True).strip()
         iterations += ran
+        lengths += [len(p) for p in pieces]
     seconds = time.perf_counter() - started
     model.train(was_training)
     return out, {"seconds": round(seconds, 2), "sentences_per_second": round(len(sentences) / max(seconds, 1e-9), 2),
+                 "mean_output_tokens": round(float(np.mean(lengths)), 2) if lengths else 0.0,
                  "mean_iterations": round(float(np.mean(iterations)), 2) if iterations else 0.0}
 
 
@@ -82,7 +79,7 @@ class AbnetTrainer(Trainer):
     """Trainer with AB-Net's loss and dev figures; `src`/`tgt` are the two BERT tokenizers."""
 
     def __init__(self, model: ABNet, source_tokenizer, target_tokenizer, data: Parallel, dev, cfg, ckpt_dir: Path,
-                 fingerprint: dict, name: str, decoding: Decoding, length_weight: float):
+                 fingerprint: dict, name: str, decoding: MaskPredict, length_weight: float):
         self.decoding, self.length_weight = decoding, length_weight
         super().__init__(model, source_tokenizer, target_tokenizer, data, dev, replace(cfg, bf16=False), ckpt_dir,
                          fingerprint, name)
@@ -128,7 +125,7 @@ class AbnetTrainer(Trainer):
 
 
 def fit_abnet(model: ABNet, source_tokenizer, target_tokenizer, corpus: Path, lang, cfg, ckpt_dir: Path,
-              fingerprint: dict, name: str, decoding: Decoding, length_weight: float = 1.0) -> tuple[State, dict]:
+              fingerprint: dict, name: str, decoding: MaskPredict, length_weight: float = 1.0) -> tuple[State, dict]:
     """Train AB-Net on corpus/train.{src,tgt} with dev selection; leaves the best weights in `model`."""
     data = encode_pairs(source_tokenizer, target_tokenizer, read_text_lines(corpus / f"train.{lang.src}"),
                         read_text_lines(corpus / f"train.{lang.tgt}"), cfg.max_len)

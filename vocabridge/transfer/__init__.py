@@ -84,6 +84,8 @@ class Method:
     vocabulary: str = "downstream"  # whose vocabulary the model ends up with: upstream | downstream
     defaults: dict = field(default_factory=dict)  # knobs that differ from DEFAULT_KNOBS
     generator: str | None = None  # the generator variant (params' generator.variants) the method needs
+    family: str = "nmt"  # nmt: a Marian model; abnet: an AB-Net of the abnet stage (vocabridge.plm), which the
+    #                      transfer stage takes as it is
 
     def __post_init__(self):
         if not self.needs <= NEEDS:
@@ -99,6 +101,12 @@ def keep_pretrained(res: Resources) -> Built:
     """The pretrained model with its own (upstream) vocabulary: out-domain and ft-srcv."""
     model, src, tgt = load_model(res.pretrained)
     return model, src, tgt, {"rows": {"copied": 1.0}}
+
+
+def abnet_model(res: Resources) -> Built:
+    """AB-Net rows start from an AB-Net directory of the abnet stage, not from a Marian model."""
+    raise InputError("AB-Net rows (abnet, mask-predict) run in the pipeline only: their initial model is an entry "
+                     "of params.yaml's abnets, trained by `dvc repro abnet@NAME`")
 
 
 def from_scratch(res: Resources) -> Built:
@@ -233,6 +241,12 @@ METHODS: dict[str, Method] = {
                        frozenset({"text"}), defaults={"sides": "decoder"}),
     "embedding-recon": Method(adapted(embedding_recon), "mean of its character n-grams' vectors fitted to the "
                               "pretrained rows (Zhao et al. 2018)", defaults={"sides": "decoder"}),
+    # AB-Net (Guo et al. 2020) and its Mask-Predict baseline without BERT: an AB-Net of params.yaml's `abnets`
+    # (trained on the upstream corpus by the abnet stage) fine-tuned on the downstream pairs, Mask-Predict decoding
+    "abnet": Method(abnet_model, "the target BERT's own row (AB-Net: frozen BERTs, adapters)", family="abnet",
+                    vocabulary="plm", defaults={"upstream": "abnet"}),
+    "mask-predict": Method(abnet_model, "a row of the from-scratch target-side model (Mask-Predict)",
+                           family="abnet", vocabulary="plm", defaults={"upstream": "mask-predict"}),
     "independent-encoder": Method(adapted(independent), "random, and every other row too: a new embedding layer",
                                   defaults={"sides": "decoder"}),
 }

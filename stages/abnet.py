@@ -1,0 +1,58 @@
+"""Stage abnet@NAME: an AB-Net (Guo et al. 2020) trained on the upstream corpus, the upstream model of AB-Net rows.
+
+The BERTs of the plm stage (lang.src as encoder, lang.tgt as decoder), frozen, joined by new adapters and trained
+as a conditional masked LM on the upstream pairs (`abnet.train`, dev selection on the upstream dev set); with
+`abnets.NAME.plms: false` the same layers start from random weights and all of them train (the Mask-Predict
+baseline without BERT); with `upstream: false` nothing trains here and the rows learn from the downstream data
+alone. Writes data/models/upstream/NAME (an AB-Net directory), data/plots/abnet/NAME/*.csv and
+data/metrics/abnet/NAME.json; interrupted runs resume from data/checkpoints/abnet/NAME.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+from stages import _paths as paths
+from vocabridge.config import load_params
+from vocabridge.entry import run
+from vocabridge.errors import ConfigError
+from vocabridge.fileio import sha256_file, write_json
+from vocabridge.nmt.train import State, fingerprint_of, use_compute, write_logs
+from vocabridge.plm.abnet import new_abnet, save_abnet
+from vocabridge.plm.train import fit_abnet
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("name", help="an entry of params.yaml's `abnets`")
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    params = load_params(args.params)
+    name, cfg, lang = args.name, params.abnet, params.lang
+    if name not in params.abnets:
+        raise ConfigError(f"params.yaml: abnets: no entry '{name}' (entries: {sorted(params.abnets)})")
+    spec = params.abnets[name]
+    use_compute(params.compute)
+    model, source_tokenizer, target_tokenizer = new_abnet(paths.PLMS / lang.src, paths.PLMS / lang.tgt, cfg.adapters,
+                                                          spec.plms, cfg.train.seed)
+    plots, metrics = paths.PLOTS / "abnet" / name, paths.METRICS / "abnet" / f"{name}.json"
+    summary: dict = {"updates": 0, "stopped": "no upstream training (abnets.NAME.upstream: false)"}
+    state = State()
+    if spec.upstream:
+        corpus = paths.CORPORA / "upstream"
+        fingerprint = fingerprint_of("abnet", name, asdict(lang), asdict(spec), asdict(cfg.adapters), cfg.length_weight,
+                                     asdict(cfg.train), sha256_file(corpus / "stats.json"),
+                                     *(sha256_file(paths.PLMS / code / "model.safetensors")
+                                       for code in (lang.src, lang.tgt)))
+        state, summary = fit_abnet(model, source_tokenizer, target_tokenizer, corpus, lang, cfg.train,
+                                   paths.CHECKPOINTS / "abnet" / name, fingerprint, f"abnet {name}", cfg.decoding,
+                                   cfg.length_weight)
+    save_abnet(model, paths.upstream(name), source_tokenizer, target_tokenizer)
+    write_logs(state, plots)
+    write_json(metrics, summary | {"plms": spec.plms})
+    print(summary)
+
+
+if __name__ == "__main__":
+    run(main)
