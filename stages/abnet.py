@@ -3,7 +3,8 @@
 The BERTs of the plm stage (lang.src as encoder, lang.tgt as decoder), frozen, joined by new adapters and trained
 as a conditional masked LM on the upstream pairs (`abnet.train`, dev selection on the upstream dev set); with
 `abnets.NAME.plms: false` the same layers start from random weights and all of them train (the Mask-Predict
-baseline without BERT); with `upstream: false` nothing trains here and the rows learn from the downstream data
+baseline without BERT); `decoder: autoregressive` gives AB-Net-Enc (the adapted source BERT, a decoder from
+scratch); with `upstream: false` nothing trains here and the rows learn from the downstream data
 alone. Writes data/models/upstream/NAME (an AB-Net directory), data/plots/abnet/NAME/*.csv and
 data/metrics/abnet/NAME.json; interrupted runs resume from data/checkpoints/abnet/NAME.
 """
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> None:
     spec = params.abnets[name]
     use_compute(params.compute)
     model, source_tokenizer, target_tokenizer = new_abnet(paths.PLMS / lang.src, paths.PLMS / lang.tgt, cfg.adapters,
-                                                          spec.plms, cfg.train.seed)
+                                                          spec.plms, cfg.train.seed, spec.decoder)
     plots, metrics = paths.PLOTS / "abnet" / name, paths.METRICS / "abnet" / f"{name}.json"
     summary: dict = {"updates": 0, "stopped": "no upstream training (abnets.NAME.upstream: false)"}
     state = State()

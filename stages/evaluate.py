@@ -1,12 +1,16 @@
 """Stage evaluate@METHOD: translate the downstream test set (beam search) and score it with sacrebleu.
 
 Also the first `evaluate.upstream_sentences` pairs of the upstream test set, the same way: what adapting cost
-on the original domain (forgetting). Writes data/eval/METHOD/{hyp.txt,upstream_hyp.txt,metrics.json}.
+on the original domain (forgetting). With `evaluate.latency_sentences` N, the first N test sentences once more,
+one at a time: milliseconds a sentence, the latency Guo et al. compare.
+Writes data/eval/METHOD/{hyp.txt,upstream_hyp.txt,metrics.json}.
 Significance against the ft-srcv baseline is computed by the report stage, which sees every method's hypotheses
 (so evaluate stages stay independent and parallel).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
@@ -17,7 +21,7 @@ from vocabridge.nmt.model import load_model
 from vocabridge.nmt.precision import Precision, resolve_bf16
 from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import translate
-from vocabridge.plm.abnet import load_abnet
+from vocabridge.plm.abnet import ABNetEnc, load_abnet
 from vocabridge.plm.train import translate_abnet
 
 
@@ -25,7 +29,7 @@ def main(argv: list[str]) -> None:
     method, params = paths.method_stage_args(__doc__, argv)
     cfg, lang = params.evaluate, params.lang
     device = use_compute(params.compute)
-    abnet = (paths.finetuned(method) / "abnet.json").is_file()  # an AB-Net row: Mask-Predict, not beam search
+    abnet = (paths.finetuned(method) / "abnet.json").is_file()  # an AB-Net row: Mask-Predict or AB-Net-Enc's search
     if abnet:
         model, src, tgt = load_abnet(paths.finetuned(method))
     else:
@@ -36,22 +40,29 @@ def main(argv: list[str]) -> None:
     if cfg.decoder != "ctranslate2":
         precision = resolve_bf16(cfg.bf16, device)
 
-    def decode(lines: list[str]) -> tuple[list[str], dict]:
+    def decode(lines: list[str], one_at_a_time: bool = False) -> tuple[list[str], dict]:
         if abnet:
-            return translate_abnet(model, src, tgt, lines, params.abnet.decoding)
+            decoding = replace(params.abnet.decoding, batch_sentences=1) if one_at_a_time else params.abnet.decoding
+            return translate_abnet(model, src, tgt, lines, decoding, beam=cfg.beam, length_penalty=cfg.length_penalty)
+        batch_tokens = 1 if one_at_a_time else cfg.batch_tokens  # a batch holds at least one sentence
         if cfg.decoder == "ctranslate2":
             from vocabridge.ct2 import translate_ct2
 
             return translate_ct2(paths.finetuned(method), lines, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                                 batch_tokens=cfg.batch_tokens, threads=threads_of(params.compute.threads),
+                                 batch_tokens=batch_tokens, threads=threads_of(params.compute.threads),
                                  device=device.type)
         return translate(model, src, tgt, lines, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                         batch_tokens=cfg.batch_tokens, bf16=precision.bf16)
+                         batch_tokens=batch_tokens, bf16=precision.bf16)
 
     hyps, speed = decode(sources)
+    decoder = cfg.decoder
     if abnet:
         precision = Precision(False, "AB-Net decodes in fp32")
-    metrics = {"method": method, "decoder": "mask-predict" if abnet else cfg.decoder, "test_sentences": len(sources),
+        decoder = "transformers (AB-Net-Enc)" if isinstance(model, ABNetEnc) else "mask-predict"
+    if cfg.latency_sentences:
+        _, single = decode(sources[: cfg.latency_sentences], one_at_a_time=True)
+        speed["latency_ms"] = round(1000 * single["seconds"] / max(1, min(len(sources), cfg.latency_sentences)), 1)
+    metrics = {"method": method, "decoder": decoder, "test_sentences": len(sources),
                "beam": cfg.beam,
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed, **precision.as_metrics()}

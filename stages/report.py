@@ -78,7 +78,7 @@ def main(argv: list[str]) -> None:
             "src_vocab": metrics["vocab_size"]["src"], "tgt_vocab": metrics["vocab_size"]["tgt"],
             "unseen_token_rate": mismatch[lang.tgt]["unseen_token_rate"] if adapted else 0.0,
             "mean_output_tokens": metrics["mean_output_tokens"],
-            "sentences_per_second": metrics["sentences_per_second"],
+            "sentences_per_second": metrics["sentences_per_second"], "latency_ms": metrics.get("latency_ms"),
             "updates": tuning.get("updates"), "best_update": tuning.get("best_update"),
             "zero_shot_dev_bleu": zero["dev_bleu"], "zero_shot_dev_ppl": zero["dev_perplexity"],
             "loo_cos_src": zero.get("leave_one_out_cosine_encoder"),

@@ -71,7 +71,7 @@ def main(argv: list[str]) -> None:
 
 def abnet_row(name: str, params, upstream: str, row: dict) -> None:
     """An AB-Net row's initial model is its AB-Net as the abnet stage left it; zero-shot dev BLEU by Mask-Predict
-    (a masked LM has no perplexity to compare with the NMT rows')."""
+    (AB-Net-Enc: greedy search); no dev perplexity (a masked LM has none to compare with the NMT rows')."""
     import shutil
 
     import sacrebleu

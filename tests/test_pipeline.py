@@ -592,7 +592,8 @@ def test_the_ledger_takes_a_finished_run_and_refuses_a_stale_one(tiny_copy):
     assert proc.returncode != 0 and len(errors) == 1 and "report" in errors[0] and "not up to date" in errors[0]
 
 
-PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}},
+PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc": {"decoder": "autoregressive"}},
+            "evaluate": {"latency_sentences": 8},
             "abnet": {"adapters": {"encoder_inner": 32, "decoder_ffn": 64, "max_target_len": 62},
                       "train": {"max_updates": 60, "batch_tokens": 800, "lr": 0.003, "warmup": 10, "eval_every": 30,
                                 "dev_sentences": 20, "checkpoint_every": 30, "log_every": 10, "max_len": 64,
@@ -604,20 +605,22 @@ PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}},
 
 @e2e
 def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
-    """AB-Net (Guo et al. 2020) on the plm stage's BERTs and its Mask-Predict baseline: trained on the upstream
-    corpus (abnet@NAME), fine-tuned, decoded by Mask-Predict and reported beside the NMT rows."""
+    """AB-Net (Guo et al. 2020) on the plm stage's BERTs, AB-Net-Enc and the Mask-Predict baseline: trained on the
+    upstream corpus (abnet@NAME), fine-tuned, decoded (Mask-Predict, beam search) and reported beside the NMT rows,
+    with every row's latency at one sentence a batch."""
     import pandas as pd
     from safetensors.torch import load_file
 
     from vocabridge.config import deep_merge
 
     params = deep_merge(yaml.safe_load((tiny_copy / "params.yaml").read_text()), PLM_ROWS)
-    params["methods"] += ["abnet", "mask-predict"]
+    params["methods"] += ["abnet", "mask-predict", "abnet-enc"]
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     proc = run(["dvc", "repro", "report"], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ran = set(yaml.safe_load((tiny_copy / "dvc.lock").read_text())["stages"])
-    assert {"abnet@abnet", "abnet@mask-predict", "evaluate@abnet", "evaluate@mask-predict"} <= ran
+    assert {"abnet@abnet", "abnet@mask-predict", "abnet@abnet-enc", "evaluate@abnet", "evaluate@mask-predict",
+            "evaluate@abnet-enc"} <= ran
     for row in ("abnet", "mask-predict"):
         metrics = json.loads((tiny_copy / f"data/eval/{row}/metrics.json").read_text())
         assert metrics["decoder"] == "mask-predict" and 1 <= metrics["mean_iterations"] <= 10
@@ -635,4 +638,9 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     assert all(plm[k].equal(tuned[k]) for k in plm)
     table = pd.read_csv(tiny_copy / "data/reports/results/report.csv")
     ours = table[table["source"] == "vocabridge"].set_index("method")
-    assert ours.loc[["abnet", "mask-predict"], "bleu"].notna().all()
+    assert ours.loc[["abnet", "mask-predict", "abnet-enc"], "bleu"].notna().all()
+    assert (ours["latency_ms"] > 0).all()  # every row, NMT rows too
+    enc = json.loads((tiny_copy / "data/eval/abnet-enc/metrics.json").read_text())
+    assert enc["decoder"] == "transformers (AB-Net-Enc)" and enc["beam"] == params["evaluate"]["beam"]
+    enc_tuning = json.loads((tiny_copy / "data/metrics/finetune/abnet-enc.json").read_text())
+    assert frozen["trainable_parameters"] < enc_tuning["trainable_parameters"] < enc_tuning["parameters"]

@@ -377,6 +377,9 @@ class AbnetModel:
     plms: bool = True  # false: the Mask-Predict baseline without BERT: the same layers from random weights, all
     #                    of them trained
     upstream: bool = True  # false: no upstream training; rows learn from the downstream data alone
+    decoder: Literal["mask-predict", "autoregressive"] = "mask-predict"  # autoregressive: AB-Net-Enc (the
+    #     adapted source BERT and a Transformer decoder from scratch with the target BERT's sizes and vocabulary,
+    #     beam search with evaluate.beam)
 
 
 @dataclass
@@ -402,6 +405,8 @@ class Evaluate:
     batch_tokens: int = 6000
     bf16: bool | Literal["auto"] = False  # the transformers decoder only; false: scores never depend on the CPU
     upstream_sentences: int = 500  # forgetting: BLEU on the first N upstream test pairs too (0: not measured)
+    latency_sentences: int = 0  # latency as Guo et al. measure it: the first N test sentences decoded one at a
+    #                             time, mean milliseconds a sentence (0: not measured)
 
 
 @dataclass

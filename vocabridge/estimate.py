@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import torch
 
-from vocabridge.config import Arch, Params, Training
+from vocabridge.config import AbnetModel, Arch, Params, Training
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
 from vocabridge.nmt.train import adam, apply_gradients, threads_of, training_loss
@@ -45,9 +45,10 @@ PIECES_PER_WORD = 1.6  # the default corpora's 8k vocabularies: 1.3 (verses, Eng
 SOURCE_MEAN_OVER_LONGEST = 0.87
 BUDGET_FILL = 0.97
 UPSTREAM_LINES = 283_000  # the default upstream corpus (Debian gettext catalogues, LibreOffice help)
+LATENCY_COST = 3.0  # evaluate.latency_sentences: a sentence decoded alone, in sentences of a batch (assumed)
 DVC_OVERHEAD = 2.5  # seconds `dvc repro --single-item` adds around a stage's command (hashing, lock)
 WARMUP_UPDATES = 2
-MEASUREMENT_LAYOUT = "3"  # bumped when what `measure` times changes (3: the faster CPU training loop): older
+MEASUREMENT_LAYOUT = "4"  # bumped when what `measure` times changes (4: AB-Net-Enc, test decoding): older
 #                            cached figures are not reused
 TIMED_UPDATES = 3
 
@@ -194,13 +195,32 @@ def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: t
     return _seconds_per_update(update, device)
 
 
-def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
-               pretrained: bool) -> tuple[float, float]:
-    """Seconds per AB-Net training update (abnet.train's batch; BERTs frozen when `pretrained`) and per sentence
-    of Mask-Predict decoding (abnet.decoding), on random BERTs of plm.arch's size, at `threads`."""
-    from transformers import BertConfig, BertForMaskedLM
+def abnet_kind(spec: AbnetModel | None) -> str:
+    """The estimator's name for an abnets entry's model: abnet | abnet-enc | mask-predict."""
+    if spec is not None and spec.decoder == "autoregressive":
+        return "abnet-enc"
+    return "abnet" if spec is None or spec.plms else "mask-predict"
 
-    from vocabridge.plm.abnet import ABNet, cmlm_loss, mask_predict, mask_targets
+
+def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
+               spec: AbnetModel) -> tuple[float, float, float]:
+    """Seconds per AB-Net training update (abnet.train's batch; BERTs frozen when `spec.plms`) and per sentence of
+    its dev decoding (Mask-Predict, abnet.decoding; AB-Net-Enc: greedy) and test decoding (AB-Net-Enc: beam
+    search, evaluate.beam), on random BERTs of plm.arch's size, at `threads`."""
+    from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel
+
+    from vocabridge.plm.abnet import (
+        ABNet,
+        ABNetEnc,
+        autoregressive_decoder_config,
+        beam_search,
+        cmlm_loss,
+        mask_predict,
+        mask_targets,
+        seq2seq_loss,
+    )
+
+    pretrained = spec.plms
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -213,7 +233,13 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
         bert.set_attn_implementation("eager")
     adapters = dataclasses.replace(params.abnet.adapters,
                                    max_target_len=min(params.abnet.adapters.max_target_len, arch.max_positions - 2))
-    model = ABNet(*berts, adapters, freeze_bert=pretrained).to(device).train()
+    enc = spec.decoder == "autoregressive"
+    if enc:
+        decoder = BertLMHeadModel(autoregressive_decoder_config(config))
+        decoder.set_attn_implementation("eager")
+        model = ABNetEnc(berts[0], decoder, adapters, freeze_bert=pretrained).to(device).train()
+    else:
+        model = ABNet(*berts, adapters, freeze_bert=pretrained).to(device).train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = adam(trainable, 1e-4)
     length = max(3, min(pieces + 2, arch.max_positions))
@@ -226,7 +252,10 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     source, keep = source.to(device), torch.ones_like(source).to(device)
 
     def update() -> None:
-        loss, _ = cmlm_loss(model, source, keep, batch)
+        if enc:
+            loss = seq2seq_loss(model, source, keep, targets.to(device), keep)
+        else:
+            loss, _ = cmlm_loss(model, source, keep, batch)
         apply_gradients(loss, optimizer, trainable, 1.0)
 
     per_update = _seconds_per_update(update, device)
@@ -234,6 +263,16 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     decoding = params.abnet.decoding
     sentences = source[: decoding.batch_sentences]
     special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
+    if enc:  # random weights never emit [SEP]: every sentence runs to the length limit, as long as its source
+        searched = []
+        for beam in (1, params.evaluate.beam):
+            beam_search(model, sentences[:2], keep[:2], special, beam, max_len=4)  # warm-up
+            _sync(device)
+            started = time.perf_counter()
+            beam_search(model, sentences, keep[: len(sentences)], special, beam, max_len=length - 2)
+            _sync(device)
+            searched.append((time.perf_counter() - started) / len(sentences))
+        return per_update, searched[0], searched[1]
     mask_predict(model, sentences, keep[: len(sentences)], special, decoding.length_candidates, 1)  # warm-up
     _sync(device)
     started = time.perf_counter()
@@ -241,7 +280,8 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     mask_predict(model, sentences, keep[: len(sentences)], special, decoding.length_candidates,
                  max(1, decoding.iterations // 2))
     _sync(device)
-    return per_update, (time.perf_counter() - started) / len(sentences)
+    per_sentence = (time.perf_counter() - started) / len(sentences)
+    return per_update, per_sentence, per_sentence
 
 
 def time_beside(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, twins: int) -> float:
@@ -396,15 +436,15 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
             machine.train["plm"][threads] = time_mlm_updates(params.plm.arch, vocab, params.plm.train, down[0],
                                                              threads, device)
     for spec in params.abnets.values():
-        kind = "abnet" if spec.plms else "mask-predict"
+        kind = abnet_kind(spec)
         if kind in machine.train:
             continue
         vocab = max([s.vocab_size for s in params.plms.values()] or [8000])
-        machine.train[kind], machine.greedy[kind] = {}, {}
+        machine.train[kind], machine.greedy[kind], machine.greedy[f"{kind}-test"] = {}, {}, {}
         for threads in thread_counts:
-            note(f"{kind} updates and Mask-Predict decoding at {threads} thread(s)")
-            machine.train[kind][threads], machine.greedy[kind][threads] = time_abnet(
-                params, vocab, down[0], threads, device, spec.plms)
+            note(f"{kind} updates and decoding at {threads} thread(s)")
+            (machine.train[kind][threads], machine.greedy[kind][threads],
+             machine.greedy[f"{kind}-test"][threads]) = time_abnet(params, vocab, down[0], threads, device, spec)
     if device.type == "cpu" and cores > 1:
         note(f"finetune updates at 1 thread, {cores - 1} beside it")
         alone = machine.train["finetune-downstream"][1]
@@ -540,11 +580,9 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
         spec = params.abnets[item]
         if not spec.upstream:
             return start + 10
-        return start + 10 + _abnet_training(machine, "abnet" if spec.plms else "mask-predict", params.abnet.train,
-                                            threads, up_dev)
+        return start + 10 + _abnet_training(machine, abnet_kind(spec), params.abnet.train, threads, up_dev)
     if group in ("transfer", "finetune", "evaluate") and get_method(item, params.transfer).family == "abnet":
-        upstream = params.abnets.get(knobs_for(item, params.transfer).upstream)
-        kind = "abnet" if upstream is None or upstream.plms else "mask-predict"
+        kind = abnet_kind(params.abnets.get(knobs_for(item, params.transfer).upstream))
         decode = _at(machine.greedy[kind], threads)
         if group == "transfer":
             return start + 8 + params.diagnostics.dev_sentences * decode
@@ -553,7 +591,9 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
             return start + 5 + _abnet_training(machine, kind, cfg, cfg.threads or threads, down_dev)
         test = _count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
         up_test = _count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
-        return start + 4 + (test + min(params.evaluate.upstream_sentences, up_test)) * decode
+        sentences = test + min(params.evaluate.upstream_sentences, up_test) + LATENCY_COST * min(
+            params.evaluate.latency_sentences, test)
+        return start + 4 + sentences * _at(machine.greedy.get(f"{kind}-test", machine.greedy[kind]), threads)
     if group == "generator":
         variants = generators_needed(params.methods, params.transfer)
         per = params.generator.train.steps * _at(machine.train.get("generator", {0: 0.0}), threads)
@@ -571,7 +611,8 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
         test = _count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
         up_test = _count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
         upstream = min(params.evaluate.upstream_sentences, up_test)
-        return start + 4 + (test + upstream) * _at(machine.beam, threads)
+        latency = LATENCY_COST * min(params.evaluate.latency_sentences, test)
+        return start + 4 + (test + upstream + latency) * _at(machine.beam, threads)
     if group == "backtranslate":  # the monolingual text through the backward model, when a row asks for it
         if not any(knobs_for(m, params.transfer).backtranslated for m in params.methods):
             return start + 2

@@ -51,9 +51,9 @@ PUBLISHED = pd.DataFrame([(ours, bleu, paper.source) for paper in PAPER_TABLES f
                          columns=["method", "bleu", "source"])
 
 COLUMNS = ["method", "bleu", "bleu_ci", "chrf", "ter", "upstream_bleu", "delta_bleu", "p_value", "src_vocab",
-           "tgt_vocab", "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "updates", "best_update",
-           "dev_bleu_auc", "updates_to_threshold", "zero_shot_dev_bleu", "zero_shot_dev_ppl", "loo_cos_src",
-           "loo_cos_tgt", "source"]
+           "tgt_vocab", "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "latency_ms", "updates",
+           "best_update", "dev_bleu_auc", "updates_to_threshold", "zero_shot_dev_bleu", "zero_shot_dev_ppl",
+           "loo_cos_src", "loo_cos_tgt", "source"]
 
 
 def build_table(rows: list[dict], baseline: str) -> pd.DataFrame:

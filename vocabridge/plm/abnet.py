@@ -8,6 +8,10 @@ over the encoder output, residual, LN; FFN, residual, LN); its MLM head gives th
 adapters, the [LENGTH] vector and the length classifier train (`freeze_bert`). The same module with randomly
 initialised BERTs and nothing frozen is the Mask-Predict baseline without BERT: per layer self-attention and FFN,
 then cross-attention and FFN, trained end to end.
+
+AB-Net-Enc (ABNetEnc), the paper's autoregressive variant: the same adapted source BERT (no [LENGTH] vector)
+and a Transformer decoder trained from scratch on the target BERT's vocabulary (a `BertLMHeadModel` with
+cross-attention, the target BERT's sizes), decoded by beam search through transformers' `generate`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import BertForMaskedLM
+from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, DynamicCache, EncoderDecoderCache
 
 from vocabridge.config import AbnetAdapters
 from vocabridge.errors import InputError
@@ -63,6 +67,15 @@ def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 
+def adapted_encoder(bert: BertForMaskedLM, adapters: nn.ModuleList, h: torch.Tensor,
+                    keep: torch.Tensor) -> torch.Tensor:
+    """The source BERT's layers on embedded input `h`, each followed by its encoder adapter."""
+    mask = additive_mask(keep, h.dtype)
+    for layer, adapter in zip(bert.bert.encoder.layer, adapters, strict=True):
+        h = adapter(layer(h, attention_mask=mask))
+    return h
+
+
 class ABNet(nn.Module):
     def __init__(self, source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, size: AbnetAdapters,
                  freeze_bert: bool = True):
@@ -90,9 +103,7 @@ class ABNet(nn.Module):
         embedded = self.source_bert.bert.embeddings(input_ids=source)
         h = torch.cat([self.length_vector.expand(len(source), 1, -1).to(embedded.dtype), embedded], dim=1)
         keep = torch.cat([torch.ones_like(source_keep[:, :1]), source_keep], dim=1)
-        mask = additive_mask(keep, h.dtype)
-        for layer, adapter in zip(self.source_bert.bert.encoder.layer, self.encoder_adapters, strict=True):
-            h = adapter(layer(h, attention_mask=mask))
+        h = adapted_encoder(self.source_bert, self.encoder_adapters, h, keep)
         return h, keep == 0, self.length_head(h[:, 0])
 
     def decode(self, target: torch.Tensor, target_keep: torch.Tensor, encoded: torch.Tensor,
@@ -111,6 +122,68 @@ class ABNet(nn.Module):
         """Everything but the BERTs (adapters, [LENGTH] vector, length classifier): what AB-Net trains, and what a
         model directory holds beside the two BERT directories."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith(("source_bert.", "target_bert."))}
+
+
+def autoregressive_decoder_config(target: BertConfig) -> BertConfig:
+    """AB-Net-Enc's decoder: the target BERT's sizes and vocabulary, causal, with cross-attention; [CLS] starts a
+    sentence and [SEP] ends it."""
+    config = BertConfig(**{k: v for k, v in target.to_dict().items() if k in BertConfig().to_dict()})
+    config.is_decoder, config.add_cross_attention = True, True
+    config.architectures = ["BertLMHeadModel"]
+    return config
+
+
+class ABNetEnc(nn.Module):
+    """AB-Net-Enc: the source BERT with encoder adapters (frozen BERT unless `freeze_bert` is false) and an
+    autoregressive decoder from scratch; everything but the source BERT trains."""
+
+    def __init__(self, source_bert: BertForMaskedLM, decoder: BertLMHeadModel, size: AbnetAdapters,
+                 freeze_bert: bool = True):
+        super().__init__()
+        self.source_bert, self.decoder, self.size = source_bert, decoder, size
+        d_src, d_tgt = source_bert.config.hidden_size, decoder.config.hidden_size
+        self.encoder_adapters = nn.ModuleList(
+            EncoderAdapter(d_src, size.encoder_inner) for _ in range(source_bert.config.num_hidden_layers))
+        self.bridge = nn.Identity() if d_src == d_tgt else nn.Linear(d_src, d_tgt)  # to the decoder's width
+        self.freeze_bert = freeze_bert
+        source_bert.requires_grad_(not freeze_bert)
+
+    def encode(self, source: torch.Tensor, source_keep: torch.Tensor) -> torch.Tensor:
+        h = adapted_encoder(self.source_bert, self.encoder_adapters,
+                            self.source_bert.bert.embeddings(input_ids=source), source_keep)
+        return self.bridge(h)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """Everything but the source BERT: what trains, and what a model directory holds beside source/."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("source_bert.")}
+
+
+def seq2seq_loss(model: ABNetEnc, source: torch.Tensor, source_keep: torch.Tensor, target: torch.Tensor,
+                 target_keep: torch.Tensor, label_smoothing: float = 0.1) -> torch.Tensor:
+    """Teacher-forced cross-entropy of [CLS] y [SEP]: the decoder reads [CLS] y and predicts y [SEP]."""
+    states = model.decoder.bert(input_ids=target[:, :-1], attention_mask=target_keep[:, :-1],
+                                encoder_hidden_states=model.encode(source, source_keep),
+                                encoder_attention_mask=source_keep).last_hidden_state
+    labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
+    scored = labels != -100
+    return F.cross_entropy(model.decoder.cls(states[scored]).float(), labels[scored], label_smoothing=label_smoothing)
+
+
+@torch.inference_mode()
+def beam_search(model: ABNetEnc, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
+                beam: int, length_penalty: float = 1.0, max_len: int = 126) -> list[list[int]]:
+    """AB-Net-Enc's translations by transformers' beam search (beam 1: greedy), pieces without [CLS]/[SEP]."""
+    out = model.decoder.generate(
+        input_ids=torch.full((len(source), 1), special["cls"], dtype=torch.long),
+        encoder_hidden_states=model.encode(source, source_keep), encoder_attention_mask=source_keep,
+        past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()), num_beams=beam, do_sample=False,
+        length_penalty=length_penalty, max_new_tokens=max_len + 1, eos_token_id=special["sep"],
+        pad_token_id=special["pad"], bos_token_id=special["cls"])
+    pieces = []
+    for row in out[:, 1:].tolist():
+        end = row.index(special["sep"]) if special["sep"] in row else len(row)
+        pieces.append([p for p in row[:end] if p != special["pad"]])
+    return pieces
 
 
 def mask_targets(targets: list[list[int]], mask_id: int, pad_id: int,
@@ -215,20 +288,39 @@ def mask_predict(model, source: torch.Tensor, source_keep: torch.Tensor, special
     return out, steps
 
 
-def save_abnet(model: ABNet, out: Path, source_tokenizer, target_tokenizer) -> None:
-    """A model directory: source/ and target/ (Hugging Face BERT directories as the model holds them),
-    adapters.safetensors (what trained) and abnet.json (sizes)."""
+def untied(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One name per shared tensor (AB-Net-Enc's decoder ties its input and output embeddings): loading the kept
+    name fills the tied one too."""
+    seen, out = set(), {}
+    for name, value in state.items():
+        key = (value.data_ptr(), value.shape)
+        if key not in seen:
+            seen.add(key)
+            out[name] = value.contiguous()
+    return out
+
+
+def save_abnet(model: ABNet | ABNetEnc, out: Path, source_tokenizer, target_tokenizer) -> None:
+    """A model directory: source/ and target/ (Hugging Face BERT directories as the model holds them; AB-Net-Enc
+    has no target BERT, its target/ holds the tokenizer only), adapters.safetensors (what trained) and abnet.json
+    (kind and sizes)."""
+    enc = isinstance(model, ABNetEnc)
     with atomic_dir(out) as tmp:
         model.source_bert.save_pretrained(tmp / "source", safe_serialization=True)
         source_tokenizer.save_pretrained(tmp / "source")
-        model.target_bert.save_pretrained(tmp / "target", safe_serialization=True)
+        if not enc:
+            model.target_bert.save_pretrained(tmp / "target", safe_serialization=True)
         target_tokenizer.save_pretrained(tmp / "target")
-        save_file({k: v.contiguous() for k, v in model.adapter_state().items()}, str(tmp / "adapters.safetensors"))
-        write_json(tmp / "abnet.json", {"size": asdict(model.size), "freeze_bert": model.freeze_bert})
+        save_file(untied(model.adapter_state()), str(tmp / "adapters.safetensors"))
+        write_json(tmp / "abnet.json", {"kind": "abnet-enc" if enc else "abnet", "size": asdict(model.size),
+                                        "freeze_bert": model.freeze_bert,
+                                        **({"decoder": model.decoder.config.to_dict()} if enc else {})})
 
 
 def load_abnet(path: Path):
-    """The model and both tokenizers of a save_abnet directory (safetensors only)."""
+    """The model (ABNet or ABNetEnc) and both tokenizers of a save_abnet directory (safetensors only)."""
+    from transformers import AutoTokenizer
+
     from vocabridge.plm.bert import load_bert
 
     path = Path(path)
@@ -236,17 +328,26 @@ def load_abnet(path: Path):
         raise InputError(f"{path}: not an AB-Net model directory (no abnet.json)")
     meta = json.loads((path / "abnet.json").read_text(encoding="utf-8"))
     source_bert, source_tokenizer = load_bert(path / "source")
-    target_bert, target_tokenizer = load_bert(path / "target")
-    model = ABNet(source_bert, target_bert, AbnetAdapters(**meta["size"]), freeze_bert=meta["freeze_bert"])
+    size = AbnetAdapters(**meta["size"])
+    if meta.get("kind", "abnet") == "abnet-enc":
+        target_tokenizer = AutoTokenizer.from_pretrained(path / "target", local_files_only=True)
+        decoder = BertLMHeadModel(BertConfig(**meta["decoder"]))
+        decoder.set_attn_implementation("eager")
+        model = ABNetEnc(source_bert, decoder, size, freeze_bert=meta["freeze_bert"])
+    else:
+        target_bert, target_tokenizer = load_bert(path / "target")
+        model = ABNet(source_bert, target_bert, size, freeze_bert=meta["freeze_bert"])
     missing = model.load_state_dict(load_file(str(path / "adapters.safetensors")), strict=False)
     if missing.unexpected_keys:
         raise InputError(f"{path}/adapters.safetensors: unexpected tensors {missing.unexpected_keys[:3]}")
     return model, source_tokenizer, target_tokenizer
 
 
-def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool, seed: int):
+def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool, seed: int,
+              decoder: str = "mask-predict"):
     """An untrained AB-Net on the BERT directories (model, source tokenizer, target tokenizer). `pretrained`
-    false: the Mask-Predict baseline, the same layers re-initialised at random and all of them trained."""
+    false: the Mask-Predict baseline, the same layers re-initialised at random and all of them trained.
+    `decoder: autoregressive`: AB-Net-Enc, a decoder from scratch with the target BERT's sizes and vocabulary."""
     from vocabridge.plm.bert import load_bert
 
     source_bert, source_tokenizer = load_bert(source_dir)
@@ -256,4 +357,11 @@ def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretr
         source_bert, target_bert = (type(b)(b.config) for b in (source_bert, target_bert))
         for bert in (source_bert, target_bert):
             bert.set_attn_implementation("eager")
+    if decoder == "autoregressive":
+        config = autoregressive_decoder_config(target_bert.config)
+        config.bos_token_id, config.eos_token_id = target_tokenizer.cls_token_id, target_tokenizer.sep_token_id
+        config.pad_token_id = target_tokenizer.pad_token_id
+        ar_decoder = BertLMHeadModel(config)
+        ar_decoder.set_attn_implementation("eager")
+        return ABNetEnc(source_bert, ar_decoder, adapters, freeze_bert=pretrained), source_tokenizer, target_tokenizer
     return ABNet(source_bert, target_bert, adapters, freeze_bert=pretrained), source_tokenizer, target_tokenizer

@@ -1,5 +1,6 @@
 """Training and decoding AB-Net: the NMT trainer's loop (batches, schedule, dev selection, checkpoints, exact
-resume) with the conditional masked-LM loss and Mask-Predict decoding for dev BLEU.
+resume) with the conditional masked-LM loss and Mask-Predict decoding for dev BLEU; AB-Net-Enc with the
+teacher-forced loss and greedy dev BLEU.
 
 AB-Net trains in fp32: its frozen BERTs make the forward pass most of an update, and no measurement here has
 shown bf16 faster for it.
@@ -19,7 +20,7 @@ from vocabridge.config import MaskPredict
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.train import State, Trainer, TrainingError
-from vocabridge.plm.abnet import ABNet, cmlm_loss, mask_predict, mask_targets
+from vocabridge.plm.abnet import ABNet, ABNetEnc, beam_search, cmlm_loss, mask_predict, mask_targets, seq2seq_loss
 
 
 def special_ids(tokenizer) -> dict[str, int]:
@@ -46,10 +47,11 @@ def pad_sources(rows: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.inference_mode()
-def translate_abnet(model: ABNet, source_tokenizer, target_tokenizer, sentences: list[str],
-                    decoding: MaskPredict) -> tuple[list[str], dict]:
-    """Mask-Predict translations of `sentences` (batches of similar length, output in input order) and the
-    speed figures the evaluate stage reports for every row."""
+def translate_abnet(model: ABNet | ABNetEnc, source_tokenizer, target_tokenizer, sentences: list[str],
+                    decoding: MaskPredict, beam: int = 1, length_penalty: float = 1.0) -> tuple[list[str], dict]:
+    """Translations of `sentences` (batches of similar length, output in input order): Mask-Predict for AB-Net,
+    beam search (`beam`, `length_penalty`) for AB-Net-Enc; and the speed figures the evaluate stage reports for
+    every row."""
     was_training = model.training
     model.eval()
     ids = source_tokenizer(sentences, add_special_tokens=True, truncation=True,
@@ -62,8 +64,13 @@ def translate_abnet(model: ABNet, source_tokenizer, target_tokenizer, sentences:
     for start in range(0, len(order), decoding.batch_sentences):
         chunk = order[start : start + decoding.batch_sentences]
         source, keep = pad_sources([ids[i] for i in chunk], source_tokenizer.pad_token_id)
-        pieces, ran = mask_predict(model, source, keep, special_ids(target_tokenizer),
-                                   decoding.length_candidates, decoding.iterations)
+        if isinstance(model, ABNetEnc):
+            pieces = beam_search(model, source, keep, special_ids(target_tokenizer), beam, length_penalty,
+                                 model.size.max_target_len)
+            ran = [len(p) + 1 for p in pieces]  # one decoder step a piece and one for [SEP]
+        else:
+            pieces, ran = mask_predict(model, source, keep, special_ids(target_tokenizer),
+                                       decoding.length_candidates, decoding.iterations)
         for i, p in zip(chunk, pieces, strict=True):
             out[i] = target_tokenizer.decode(p, skip_special_tokens=True).strip()
         iterations += ran
@@ -124,7 +131,36 @@ class AbnetTrainer(Trainer):
         return round(total / max(weight, 1), 4)
 
 
-def fit_abnet(model: ABNet, source_tokenizer, target_tokenizer, corpus: Path, lang, cfg, ckpt_dir: Path,
+class AbnetEncTrainer(AbnetTrainer):
+    """AB-Net-Enc: teacher-forced cross-entropy, greedy dev BLEU, teacher-forced dev loss."""
+
+    def _collate(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        source, keep = pad_sources([self.data.src[i] for i in idx], self.src.pad_token_id)
+        target, target_keep = pad_sources([self.data.tgt[i] for i in idx], self.tgt.pad_token_id)
+        return {"source": source, "source_keep": keep, "target": target, "target_keep": target_keep}
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return seq2seq_loss(self.model, batch["source"], batch["source_keep"], batch["target"], batch["target_keep"],
+                            self.cfg.label_smoothing)
+
+    @torch.inference_mode()
+    def _dev_loss(self) -> float:
+        was_training = self.model.training
+        self.model.eval()
+        total, weight = 0.0, 0
+        order = np.argsort([len(t) for t in self.dev_data.tgt])
+        for start in range(0, len(order), 32):
+            idx = order[start : start + 32]
+            source, keep = pad_sources([self.dev_data.src[i] for i in idx], self.src.pad_token_id)
+            target, target_keep = pad_sources([self.dev_data.tgt[i] for i in idx], self.tgt.pad_token_id)
+            pieces = int(target_keep[:, 1:].sum())
+            total += seq2seq_loss(self.model, source, keep, target, target_keep, 0.0).item() * pieces
+            weight += pieces
+        self.model.train(was_training)
+        return round(total / max(weight, 1), 4)
+
+
+def fit_abnet(model: ABNet | ABNetEnc, source_tokenizer, target_tokenizer, corpus: Path, lang, cfg, ckpt_dir: Path,
               fingerprint: dict, name: str, decoding: MaskPredict, length_weight: float = 1.0) -> tuple[State, dict]:
     """Train AB-Net on corpus/train.{src,tgt} with dev selection; leaves the best weights in `model`."""
     data = encode_pairs(source_tokenizer, target_tokenizer, read_text_lines(corpus / f"train.{lang.src}"),
@@ -134,7 +170,8 @@ def fit_abnet(model: ABNet, source_tokenizer, target_tokenizer, corpus: Path, la
     dev = (read_text_lines(corpus / f"dev.{lang.src}"), read_text_lines(corpus / f"dev.{lang.tgt}"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    trainer = AbnetTrainer(model, source_tokenizer, target_tokenizer, data, dev, cfg, ckpt_dir, fingerprint, name,
+    trainer_class = AbnetEncTrainer if isinstance(model, ABNetEnc) else AbnetTrainer
+    trainer = trainer_class(model, source_tokenizer, target_tokenizer, data, dev, cfg, ckpt_dir, fingerprint, name,
                            decoding, length_weight)
     state = trainer.train()
     trainer.load_best()

@@ -105,8 +105,8 @@ def keep_pretrained(res: Resources) -> Built:
 
 def abnet_model(res: Resources) -> Built:
     """AB-Net rows start from an AB-Net directory of the abnet stage, not from a Marian model."""
-    raise InputError("AB-Net rows (abnet, mask-predict) run in the pipeline only: their initial model is an entry "
-                     "of params.yaml's abnets, trained by `dvc repro abnet@NAME`")
+    raise InputError("AB-Net rows (abnet, abnet-enc, mask-predict) run in the pipeline only: their initial model is "
+                     "an entry of params.yaml's abnets, trained by `dvc repro abnet@NAME`")
 
 
 def from_scratch(res: Resources) -> Built:
@@ -247,6 +247,10 @@ METHODS: dict[str, Method] = {
                     vocabulary="plm", defaults={"upstream": "abnet"}),
     "mask-predict": Method(abnet_model, "a row of the from-scratch target-side model (Mask-Predict)",
                            family="abnet", vocabulary="plm", defaults={"upstream": "mask-predict"}),
+    # AB-Net-Enc: the adapted source BERT and an autoregressive decoder from scratch (abnets.NAME.decoder:
+    # autoregressive), beam search
+    "abnet-enc": Method(abnet_model, "a row of the from-scratch autoregressive decoder (AB-Net-Enc)", family="abnet",
+                        vocabulary="plm", defaults={"upstream": "abnet-enc"}),
     "independent-encoder": Method(adapted(independent), "random, and every other row too: a new embedding layer",
                                   defaults={"sides": "decoder"}),
 }
