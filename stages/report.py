@@ -40,6 +40,7 @@ from vocabridge.report import (
     seed_groups,
     seeds_table,
     to_markdown,
+    vocabulary_fit_table,
 )
 from vocabridge.significance import seed_bootstrap
 from vocabridge.transfer import get_method, knobs_for, row_group
@@ -76,7 +77,7 @@ def main(argv: list[str]) -> None:
             "method": method, "bleu": metrics["bleu"], "chrf": metrics["chrf"], "ter": metrics["ter"],
             "upstream_bleu": metrics.get("upstream", {}).get("bleu"),
             "src_vocab": metrics["vocab_size"]["src"], "tgt_vocab": metrics["vocab_size"]["tgt"],
-            "unseen_token_rate": mismatch[lang.tgt]["unseen_token_rate"] if adapted else 0.0,
+            "unseen_token_rate": unseen_rate(diagnostics[method], mismatch[lang.tgt], adapted),
             "mean_output_tokens": metrics["mean_output_tokens"],
             "sentences_per_second": metrics["sentences_per_second"], "latency_ms": metrics.get("latency_ms"),
             "updates": tuning.get("updates"), "best_update": tuning.get("best_update"),
@@ -116,6 +117,10 @@ def main(argv: list[str]) -> None:
         to_markdown(table),
         f"## Paired comparisons (sacrebleu paired bootstrap, {cfg.bootstrap_samples} samples; p: of the null "
         f"hypothesis that method and reference score the same, two-sided)\n\n" + to_markdown(compared),
+        "## Vocabulary fit\n\nHow each vocabulary segments the downstream test text: pieces a word (fertility), "
+        "the share of the downstream vocabulary's tokens it lacks (unseen_token_rate) and of its own pieces that "
+        "are unknown (unk_rate). PLM rows: the fixed vocabularies of the AB-Net rows' BERTs.\n\n"
+        + to_markdown(vocabulary_fit_table(mismatch, diagnostics, lang)),
         f"## Learning curves\n\nDev BLEU (greedy) during fine-tuning: `learning_curves.png` (a row's seeds as their "
         f"mean and range; the figures in `learning_curves.csv`); dev_bleu_auc = mean "
         f"dev BLEU over the run (area under the curve / updates), updates_to_threshold = first evaluated update "
@@ -171,6 +176,14 @@ def main(argv: list[str]) -> None:
         if len(forgetting):
             forgetting_plot(forgetting, tmp / "forgetting.png")
     print(text)
+
+
+def unseen_rate(diagnostics: dict, mismatch: dict, adapted: bool) -> float:
+    """The target side's unseen-token rate of a row's vocabulary: the adapted vocabulary's against the pretrained
+    one, a PLM row's against its BERT's, 0 for rows that keep their model's vocabulary."""
+    if "vocabulary_fit" in diagnostics:
+        return diagnostics["vocabulary_fit"]["tgt"]["unseen_token_rate"]
+    return mismatch["unseen_token_rate"] if adapted else 0.0
 
 
 def paper_sections(params, groups: dict[str, list[str]], hyps: dict, refs: list[str], seeds: pd.DataFrame):

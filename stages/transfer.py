@@ -83,7 +83,8 @@ def abnet_row(name: str, params, upstream: str, row: dict) -> None:
     source = paths.upstream(upstream)
     model, source_tokenizer, target_tokenizer = load_abnet(source)
     diagnostics = {"method": name, "vocabulary": "plm", "upstream": upstream, "rows": {"copied": 1.0},
-                   "vocab_size": {"src": len(source_tokenizer), "tgt": len(target_tokenizer)}}
+                   "vocab_size": {"src": len(source_tokenizer), "tgt": len(target_tokenizer)},
+                   "vocabulary_fit": plm_vocabulary_fit(source_tokenizer, target_tokenizer, lang)}
     if row:
         diagnostics["row"] = row
     with atomic_dir(paths.init_model(name)) as tmp:
@@ -98,6 +99,17 @@ def abnet_row(name: str, params, upstream: str, row: dict) -> None:
     write_json(paths.DIAGNOSTICS / f"{name}.json", diagnostics)
     write_json(paths.METRICS / "transfer" / f"{name}.json", scores)
     print(name, scores)
+
+
+def plm_vocabulary_fit(source_tokenizer, target_tokenizer, lang) -> dict[str, dict]:
+    """The mismatch stage's figures for the PLMs' fixed vocabularies: each side against the downstream
+    SentencePiece model of its language, on the downstream test text."""
+    from vocabridge.tokenizers import load_spm, mismatch, plm_vocabulary
+
+    corpus = paths.CORPORA / "downstream"
+    return {side: mismatch(plm_vocabulary(tokenizer), load_spm(paths.SPM / "downstream" / f"{code}.model"),
+                           read_text_lines(corpus / f"test.{code}"))
+            for side, tokenizer, code in (("src", source_tokenizer, lang.src), ("tgt", target_tokenizer, lang.tgt))}
 
 
 if __name__ == "__main__":

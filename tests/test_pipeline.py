@@ -640,6 +640,12 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     ours = table[table["source"] == "vocabridge"].set_index("method")
     assert ours.loc[["abnet", "mask-predict", "abnet-enc"], "bleu"].notna().all()
     assert (ours["latency_ms"] > 0).all()  # every row, NMT rows too
+    # the PLMs' fixed vocabularies get the mismatch figures too
+    fit = json.loads((tiny_copy / "data/diagnostics/abnet.json").read_text())["vocabulary_fit"]
+    assert set(fit) == {"src", "tgt"} and all(f["fertility"]["old"] > 0 for f in fit.values())
+    assert ours.loc["abnet", "unseen_token_rate"] == fit["tgt"]["unseen_token_rate"]
+    report = (tiny_copy / "data/reports/results/report.md").read_text()
+    assert "## Vocabulary fit" in report and "PLM (abnet)" in report and "PLM (abnet-enc)" in report
     enc = json.loads((tiny_copy / "data/eval/abnet-enc/metrics.json").read_text())
     assert enc["decoder"] == "transformers (AB-Net-Enc)" and enc["beam"] == params["evaluate"]["beam"]
     enc_tuning = json.loads((tiny_copy / "data/metrics/finetune/abnet-enc.json").read_text())

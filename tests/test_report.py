@@ -12,6 +12,7 @@ from vocabridge.report import (
     group_curves,
     learning_curves_plot,
     rank_correlations,
+    vocabulary_fit_table,
 )
 
 
@@ -158,3 +159,21 @@ def test_extension_rows_meet_the_replacement_row_of_their_method():
     assert first["appended_tgt"] == 2000 and first["fertility_tgt"] == "1.9 -> 1.4" and first["verdict"] == "decisive"
     assert first["upstream_bleu_extension"] == 20.0 and first["upstream_bleu_replacement"] == 12.0
     assert got.iloc[1]["upstream_bleu_extension"] is None or pd.isna(got.iloc[1]["upstream_bleu_extension"])
+
+
+def test_vocabulary_fit_lists_each_plm_once_beside_the_nmt_vocabularies():
+    from vocabridge.config import Lang
+
+    def fit(old_size, fertility, unseen, unk):
+        return {"vocab_size": {"old": old_size, "new": 500}, "fertility": {"old": fertility, "new": 1.5},
+                "unseen_token_rate": unseen, "old_unk_rate": unk}
+
+    mismatch = {"de": fit(800, 2.5, 0.3, 0.01), "en": fit(800, 2.0, 0.2, 0.0)}
+    plm = {"vocabulary": "plm", "upstream": "abnet", "vocabulary_fit": {"src": fit(300, 1.8, 0.1, 0.0),
+                                                                        "tgt": fit(310, 1.7, 0.05, 0.0)}}
+    diagnostics = {"ft-srcv": {"vocabulary": "upstream"}, "abnet": plm, "abnet+s2": plm}
+    table = vocabulary_fit_table(mismatch, diagnostics, Lang())
+    assert list(table["vocabulary"]) == ["upstream (pretrained NMT)", "downstream (adapted)"] * 2 + ["PLM (abnet)"] * 2
+    assert table.iloc[-1].to_dict() == {"vocabulary": "PLM (abnet)", "lang": "en", "vocab_size": 310,
+                                        "fertility": 1.7, "unseen_token_rate": 0.05, "unk_rate": 0.0}
+    assert table.iloc[1]["fertility"] == 1.5 and table.iloc[0]["unseen_token_rate"] == 0.3

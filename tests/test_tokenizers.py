@@ -47,3 +47,32 @@ def test_in_domain_vocabulary_segments_its_domain_into_fewer_pieces(tmp_path):
 def test_empty_text_is_an_error():
     with pytest.raises(InputError, match="no text"):
         train_spm([], SMALL, 1, 1, "spm.downstream.de")
+
+
+def test_a_plm_vocabulary_in_the_same_spelling_has_no_mismatch(tmp_path):
+    """A unigram PLM tokenizer trained on the same text as the SentencePiece model: its pieces compare as they are,
+    and its unknown-piece count is that of the text's unknown characters."""
+    from vocabridge.plm.bert import train_plm_tokenizer
+    from vocabridge.tokenizers import plm_vocabulary
+
+    sp = model(tmp_path, LATIN, "latin")
+    plm = plm_vocabulary(train_plm_tokenizer(LATIN, 80, tmp_path / "plm"))
+    assert not any(p.startswith("[") for p in plm.pieces)  # [CLS], [MASK] ... are not pieces
+    report = mismatch(plm, sp, LATIN[:20])
+    assert report["unseen_token_rate"] < 0.05 and report["old_unk_rate"] == 0.0
+    assert report["fertility"]["old"] <= report["fertility"]["new"] * 1.5
+    assert mismatch(plm, sp, ["the cat ☃"])["old_unk_rate"] > 0
+
+
+def test_wordpiece_pieces_are_spelled_as_sentencepiece_pieces(tmp_path):
+    """WordPiece `cat` starts a word (SentencePiece's `▁cat`); `##s` continues one (`s`)."""
+    from transformers import BertTokenizerFast
+
+    from vocabridge.tokenizers import plm_vocabulary
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat",
+                                                    "##s", "sat"]) + "\n", encoding="utf-8")
+    wordpiece = plm_vocabulary(BertTokenizerFast(str(tmp_path / "vocab.txt"), do_lower_case=False))
+    assert wordpiece.pieces == {"▁the", "▁cat", "s", "▁sat"} and wordpiece.size == 9
+    assert wordpiece.segment(["the cats sat", "dog"]) == [["▁the", "▁cat", "s", "▁sat"], ["[UNK]"]]
+    assert wordpiece.unknown(["the cats sat", "dog"]) == 1

@@ -67,6 +67,31 @@ def build_table(rows: list[dict], baseline: str) -> pd.DataFrame:
     return table.reindex(columns=COLUMNS)
 
 
+def vocabulary_fit_table(mismatch: dict, diagnostics: dict[str, dict], lang) -> pd.DataFrame:
+    """Fertility, unseen-token rate and unknown-piece rate on the downstream test text: the upstream and
+    downstream SentencePiece vocabularies (the mismatch stage), and the PLM vocabularies of AB-Net rows."""
+    rows = []
+    for code in (lang.src, lang.tgt):
+        fit = mismatch[code]
+        rows.append({"vocabulary": "upstream (pretrained NMT)", "lang": code, "vocab_size": fit["vocab_size"]["old"],
+                     "fertility": fit["fertility"]["old"], "unseen_token_rate": fit["unseen_token_rate"],
+                     "unk_rate": fit["old_unk_rate"]})
+        rows.append({"vocabulary": "downstream (adapted)", "lang": code, "vocab_size": fit["vocab_size"]["new"],
+                     "fertility": fit["fertility"]["new"], "unseen_token_rate": 0.0, "unk_rate": None})
+    seen = set()
+    for diag in diagnostics.values():
+        if diag.get("vocabulary") != "plm" or diag.get("upstream") in seen or "vocabulary_fit" not in diag:
+            continue
+        seen.add(diag["upstream"])
+        for side, code in (("src", lang.src), ("tgt", lang.tgt)):
+            fit = diag["vocabulary_fit"][side]
+            rows.append({"vocabulary": f"PLM ({diag['upstream']})", "lang": code,
+                         "vocab_size": fit["vocab_size"]["old"], "fertility": fit["fertility"]["old"],
+                         "unseen_token_rate": fit["unseen_token_rate"], "unk_rate": fit["old_unk_rate"]})
+    return pd.DataFrame(rows, columns=["vocabulary", "lang", "vocab_size", "fertility", "unseen_token_rate",
+                                       "unk_rate"])
+
+
 def to_markdown(table: pd.DataFrame) -> str:
     """A Markdown table (no extra dependency): empty cells for missing values."""
     cols = list(table.columns)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
@@ -52,28 +53,70 @@ def vocab_lines(sp: spm.SentencePieceProcessor) -> Iterable[str]:
     return (f"{sp.id_to_piece(i)}\t{sp.get_score(i):.6g}" for i in range(sp.get_piece_size()))
 
 
-def mismatch(old: spm.SentencePieceProcessor, new: spm.SentencePieceProcessor, test: list[str]) -> dict:
+@dataclass
+class PieceVocabulary:
+    """What the mismatch figures need of a vocabulary that is not a SentencePiece model (a PLM's tokenizer): its
+    ordinary pieces spelled as SentencePiece spells them, a segmenter in that spelling, and its unknown-piece
+    count."""
+
+    pieces: set[str]
+    size: int
+    segment: Callable[[list[str]], list[list[str]]]
+    unknown: Callable[[list[str]], int]
+
+
+def spm_vocabulary(sp: spm.SentencePieceProcessor) -> PieceVocabulary:
+    return PieceVocabulary(pieces(sp), sp.get_piece_size(), lambda lines: sp.encode(lines, out_type=str),
+                           lambda lines: sum(ids.count(sp.unk_id()) for ids in sp.encode(lines)))
+
+
+def plm_vocabulary(tokenizer) -> PieceVocabulary:
+    """A Hugging Face tokenizer's vocabulary in SentencePiece's spelling: unigram/Metaspace pieces as they are;
+    WordPiece's word-initial `x` as `▁x` and its continuation `##x` as `x`. Special tokens are not pieces."""
+    special = set(tokenizer.all_special_tokens)
+    vocab = [t for t in tokenizer.get_vocab() if t not in special]
+    wordpiece = not any(t.startswith("▁") for t in vocab)
+
+    def spell(token: str) -> str:
+        if not wordpiece or token in special:
+            return token
+        return token[2:] if token.startswith("##") else "▁" + token
+
+    def segment(lines: list[str]) -> list[list[str]]:
+        ids = tokenizer(lines, add_special_tokens=False)["input_ids"] if lines else []
+        return [[spell(t) for t in tokenizer.convert_ids_to_tokens(row)] for row in ids]
+
+    def unknown(lines: list[str]) -> int:
+        ids = tokenizer(lines, add_special_tokens=False)["input_ids"] if lines else []
+        return sum(row.count(tokenizer.unk_token_id) for row in ids)
+
+    return PieceVocabulary({spell(t) for t in vocab}, len(tokenizer), segment, unknown)
+
+
+def mismatch(old: spm.SentencePieceProcessor | PieceVocabulary, new: spm.SentencePieceProcessor,
+             test: list[str]) -> dict:
     """How badly the old (pretrained) vocabulary fits the new domain, measured on its test text.
 
     - unseen_types: pieces of the new vocabulary that the old one lacks (the rows a method must invent);
     - unseen_token_rate: share of the test set's tokens, segmented with the new model, that are unseen;
     - fertility: pieces per word of the test set under each vocabulary.
+    `old` may be a PLM's vocabulary (plm_vocabulary), whose pieces are compared in SentencePiece's spelling.
     """
-    old_set, new_set = pieces(old), pieces(new)
+    old = old if isinstance(old, PieceVocabulary) else spm_vocabulary(old)
+    old_set, new_set = old.pieces, pieces(new)
     words = sum(len(line.split()) for line in test)
     seg_new = new.encode(test, out_type=str)
-    seg_old = old.encode(test, out_type=str)
+    seg_old = old.segment(test)
     new_tokens = [tok for line in seg_new for tok in line]
     return {
-        "vocab_size": {"old": old.get_piece_size(), "new": new.get_piece_size()},
+        "vocab_size": {"old": old.size, "new": new.get_piece_size()},
         "shared_types": len(new_set & old_set),
         "unseen_types": len(new_set - old_set),
         "unseen_type_share": round(len(new_set - old_set) / max(len(new_set), 1), 4),
         "unseen_token_rate": round(sum(tok not in old_set for tok in new_tokens) / max(len(new_tokens), 1), 4),
         "fertility": {"old": round(sum(map(len, seg_old)) / max(words, 1), 4),
                       "new": round(len(new_tokens) / max(words, 1), 4)},
-        "old_unk_rate": round(sum(ids.count(old.unk_id()) for ids in old.encode(test))
-                              / max(sum(map(len, seg_old)), 1), 4),
+        "old_unk_rate": round(old.unknown(test) / max(sum(map(len, seg_old)), 1), 4),
         "test_words": words,
     }
 
