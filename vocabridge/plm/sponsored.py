@@ -1,0 +1,151 @@
+"""The PLM-sponsored translation model of Duan & Zhao (2023): a source BERT as encoder, a target BERT as decoder
+(its layers run causally: the decoder encodes the words predicted so far), and a randomly initialised
+**coordinator** that takes over every cross-attention (§2.2).
+
+Coordinator layer j (Eq. 2): r_all = concat(r^S, r^T, r_{j-1}); h_j = Attention(r_{j-1}, r_all, r_all) + r_{j-1};
+r_j = LN(FFN(h_j) + h_j), with r_0 = r^T plus position embeddings. The attention mask (Eq. 3) is
+M = concat(M_S, M_T, M_h), n x (m + 2n): nothing masked over the source, later positions masked over the two
+target parts, so a target position never sees a later one.
+
+Half-layer knowledge distillation (§2.3): the encoder's hidden state after its first M/2 layers is pulled towards
+a frozen BERT's representation (mean squared error, L = alpha L_NMT + (1 - alpha) L_kd, alpha 0.9) and merged into
+the final representation by a gate and an FFN (Eq. 6). The teacher is used in training only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import BertForMaskedLM
+
+from vocabridge.plm.abnet import additive_mask
+
+
+def coordinator_mask(m: int, n: int) -> torch.Tensor:
+    """Eq. 3 as a boolean [n, m + 2n] mask, True where attention is blocked: M_S (n x m) all open; M_T and M_h
+    (n x n) block every later position (above the diagonal)."""
+    later = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    return torch.cat([torch.zeros(n, m, dtype=torch.bool), later, later], dim=1)
+
+
+class CoordinatorLayer(nn.Module):
+    """One layer of Eq. 2: attention from r_{j-1} over [r^S; r^T; r_{j-1}], residual; FFN, residual, LN."""
+
+    def __init__(self, d: int, heads: int, ffn: int, dropout: float):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(d, heads, dropout=dropout, batch_first=True)
+        self.ffn = nn.Sequential(nn.Linear(d, ffn), nn.ReLU(), nn.Linear(ffn, d))
+        self.norm = nn.LayerNorm(d)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, previous: torch.Tensor, source: torch.Tensor, target: torch.Tensor, blocked: torch.Tensor,
+                padding: torch.Tensor) -> torch.Tensor:
+        everything = torch.cat([source, target, previous], dim=1)
+        attended, _ = self.attention(previous, everything, everything, attn_mask=blocked, key_padding_mask=padding,
+                                     need_weights=False)
+        h = previous + self.dropout(attended)
+        return self.norm(h + self.dropout(self.ffn(h)))
+
+
+class Coordinator(nn.Module):
+    """A stack of coordinator layers over the source and target representations (both [B, *, d])."""
+
+    def __init__(self, d: int, layers: int, heads: int, ffn: int, dropout: float, max_positions: int):
+        super().__init__()
+        self.positions = nn.Embedding(max_positions, d)
+        self.layers = nn.ModuleList(CoordinatorLayer(d, heads, ffn, dropout) for _ in range(layers))
+
+    def forward(self, source: torch.Tensor, source_padding: torch.Tensor, target: torch.Tensor,
+                target_padding: torch.Tensor) -> torch.Tensor:
+        m, n = source.shape[1], target.shape[1]
+        blocked = coordinator_mask(m, n).to(source.device)
+        padding = torch.cat([source_padding, target_padding, target_padding], dim=1)
+        r = target + self.positions(torch.arange(n, device=target.device))[None]
+        for layer in self.layers:
+            r = layer(r, source, target, blocked, padding)
+        return r
+
+
+class HalfLayerFusion(nn.Module):
+    """Eq. 6: g = sigmoid([h_M; h_{M/2}] W), h = g h_M + (1 - g) h_{M/2}, r = LN(FFN(h) + h)."""
+
+    def __init__(self, d: int, ffn: int, dropout: float):
+        super().__init__()
+        self.gate = nn.Linear(2 * d, d, bias=False)
+        self.ffn = nn.Sequential(nn.Linear(d, ffn), nn.ReLU(), nn.Linear(ffn, d))
+        self.norm = nn.LayerNorm(d)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, last: torch.Tensor, half: torch.Tensor) -> torch.Tensor:
+        g = torch.sigmoid(self.gate(torch.cat([last, half], dim=-1)))
+        h = g * last + (1 - g) * half
+        return self.norm(h + self.dropout(self.ffn(h)))
+
+
+def bert_layers(bert: BertForMaskedLM, ids: torch.Tensor, keep: torch.Tensor, causal: bool = False,
+                ) -> list[torch.Tensor]:
+    """The hidden state after each of BERT's layers (its embeddings first); `causal`: each position sees itself
+    and earlier ones only."""
+    h = bert.bert.embeddings(input_ids=ids)
+    mask = additive_mask(keep, h.dtype)
+    if causal:
+        later = torch.triu(torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=ids.device), 1)
+        mask = mask + later[None, None].to(h.dtype) * torch.finfo(h.dtype).min
+    states = [h]
+    for layer in bert.bert.encoder.layer:
+        h = layer(h, attention_mask=mask)
+        states.append(h)
+    return states
+
+
+class PlmSponsored(nn.Module):
+    """Encoder: the source BERT and the half-layer fusion; decoder: the target BERT run causally; the coordinator;
+    output: the target BERT's MLM head (its vocabulary). Everything trains; `teacher`, a frozen copy of the source
+    BERT, gives the distillation target."""
+
+    def __init__(self, source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, teacher: BertForMaskedLM | None,
+                 coordinator_layers: int, coordinator_ffn: int, dropout: float, half_layer: bool = True):
+        super().__init__()
+        self.source_bert, self.target_bert, self.teacher = source_bert, target_bert, teacher
+        d = source_bert.config.hidden_size
+        if target_bert.config.hidden_size != d:
+            raise ValueError(f"the two BERTs differ in width ({d}, {target_bert.config.hidden_size})")
+        self.half_layer = half_layer
+        self.fusion = HalfLayerFusion(d, coordinator_ffn, dropout) if half_layer else None
+        self.coordinator = Coordinator(d, coordinator_layers, target_bert.config.num_attention_heads,
+                                       coordinator_ffn, dropout, target_bert.config.max_position_embeddings)
+        if teacher is not None:
+            teacher.requires_grad_(False)
+
+    def encode(self, source: torch.Tensor, source_keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """r^S and the hidden state after the first half of the layers (what distillation pulls)."""
+        states = bert_layers(self.source_bert, source, source_keep)
+        last, half = states[-1], states[(len(states) - 1) // 2]
+        return (self.fusion(last, half) if self.fusion is not None else last), half
+
+    def forward(self, source: torch.Tensor, source_keep: torch.Tensor, target_in: torch.Tensor,
+                target_keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits over the target vocabulary for each position of `target_in` ([CLS] y), and the half-layer state."""
+        r_s, half = self.encode(source, source_keep)
+        r_t = bert_layers(self.target_bert, target_in, target_keep, causal=True)[-1]
+        r = self.coordinator(r_s, source_keep == 0, r_t, target_keep == 0)
+        return self.target_bert.cls(r), half
+
+
+def sponsored_loss(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, target: torch.Tensor,
+                   target_keep: torch.Tensor, alpha: float = 0.9, label_smoothing: float = 0.1,
+                   ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Eq. 5: alpha L_NMT + (1 - alpha) L_kd. L_NMT: teacher-forced cross-entropy of y [SEP] given [CLS] y; L_kd:
+    mean squared error between the half-layer state and the frozen teacher's output (without a teacher: L_NMT)."""
+    logits, half = model(source, source_keep, target[:, :-1], target_keep[:, :-1])
+    labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
+    nmt = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
+                          label_smoothing=label_smoothing)
+    if model.teacher is None:
+        return nmt, {"nmt_loss": nmt.item()}
+    with torch.no_grad():
+        taught = bert_layers(model.teacher, source, source_keep)[-1]
+    keep = source_keep.bool()
+    kd = F.mse_loss(half[keep].float(), taught[keep].float())
+    return alpha * nmt + (1 - alpha) * kd, {"nmt_loss": nmt.item(), "kd_loss": kd.item()}
