@@ -124,13 +124,17 @@ class PlmSponsored(nn.Module):
         last, half = states[-1], states[(len(states) - 1) // 2]
         return (self.fusion(last, half) if self.fusion is not None else last), half
 
+    def decode(self, r_s: torch.Tensor, source_keep: torch.Tensor, target_in: torch.Tensor,
+               target_keep: torch.Tensor) -> torch.Tensor:
+        """Logits over the target vocabulary for each position of `target_in` ([CLS] y...)."""
+        r_t = bert_layers(self.target_bert, target_in, target_keep, causal=True)[-1]
+        return self.target_bert.cls(self.coordinator(r_s, source_keep == 0, r_t, target_keep == 0))
+
     def forward(self, source: torch.Tensor, source_keep: torch.Tensor, target_in: torch.Tensor,
                 target_keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits over the target vocabulary for each position of `target_in` ([CLS] y), and the half-layer state."""
+        """Logits for each position of `target_in` and the half-layer state."""
         r_s, half = self.encode(source, source_keep)
-        r_t = bert_layers(self.target_bert, target_in, target_keep, causal=True)[-1]
-        r = self.coordinator(r_s, source_keep == 0, r_t, target_keep == 0)
-        return self.target_bert.cls(r), half
+        return self.decode(r_s, source_keep, target_in, target_keep), half
 
 
 def sponsored_loss(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, target: torch.Tensor,
@@ -149,3 +153,27 @@ def sponsored_loss(model: PlmSponsored, source: torch.Tensor, source_keep: torch
     keep = source_keep.bool()
     kd = F.mse_loss(half[keep].float(), taught[keep].float())
     return alpha * nmt + (1 - alpha) * kd, {"nmt_loss": nmt.item(), "kd_loss": kd.item()}
+
+
+@torch.inference_mode()
+def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
+                  max_len: int) -> list[list[int]]:
+    """Left-to-right greedy decoding from [CLS] until [SEP] (or `max_len` pieces); pieces without [CLS]/[SEP]. The
+    decoder BERT and the coordinator run over the whole prefix at every step (no cache)."""
+    r_s, _ = model.encode(source, source_keep)
+    out = torch.full((len(source), 1), special["cls"], dtype=torch.long)
+    done = torch.zeros(len(source), dtype=torch.bool)
+    banned = [special["cls"], special["pad"], special.get("mask", special["pad"])]
+    for _ in range(max_len + 1):
+        logits = model.decode(r_s, source_keep, out, torch.ones_like(out))[:, -1].float()
+        logits[:, banned] = -torch.inf
+        step = logits.argmax(-1).masked_fill(done, special["pad"])
+        out = torch.cat([out, step[:, None]], dim=1)
+        done |= step == special["sep"]
+        if done.all():
+            break
+    pieces = []
+    for row in out[:, 1:].tolist():
+        end = row.index(special["sep"]) if special["sep"] in row else len(row)
+        pieces.append([p for p in row[:end] if p != special["pad"]])
+    return pieces

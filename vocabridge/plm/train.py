@@ -21,6 +21,7 @@ from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.train import State, Trainer, TrainingError
 from vocabridge.plm.abnet import ABNet, ABNetEnc, beam_search, cmlm_loss, mask_predict, mask_targets, seq2seq_loss
+from vocabridge.plm.sponsored import PlmSponsored, greedy_search, sponsored_loss
 
 
 def special_ids(tokenizer) -> dict[str, int]:
@@ -68,6 +69,10 @@ def translate_abnet(model: ABNet | ABNetEnc, source_tokenizer, target_tokenizer,
             pieces = beam_search(model, source, keep, special_ids(target_tokenizer), beam, length_penalty,
                                  model.size.max_target_len)
             ran = [len(p) + 1 for p in pieces]  # one decoder step a piece and one for [SEP]
+        elif isinstance(model, PlmSponsored):
+            pieces = greedy_search(model, source, keep, special_ids(target_tokenizer),
+                                   model.target_bert.config.max_position_embeddings - 2)
+            ran = [len(p) + 1 for p in pieces]
         else:
             pieces, ran = mask_predict(model, source, keep, special_ids(target_tokenizer),
                                        decoding.length_candidates, decoding.iterations)
@@ -143,8 +148,12 @@ class AbnetEncTrainer(AbnetTrainer):
         return seq2seq_loss(self.model, batch["source"], batch["source_keep"], batch["target"], batch["target_keep"],
                             self.cfg.label_smoothing)
 
+    def _dev_pieces_loss(self, source, keep, target, target_keep) -> torch.Tensor:
+        return seq2seq_loss(self.model, source, keep, target, target_keep, 0.0)
+
     @torch.inference_mode()
     def _dev_loss(self) -> float:
+        """Teacher-forced cross-entropy a target piece on the dev pairs (no label smoothing)."""
         was_training = self.model.training
         self.model.eval()
         total, weight = 0.0, 0
@@ -154,15 +163,35 @@ class AbnetEncTrainer(AbnetTrainer):
             source, keep = pad_sources([self.dev_data.src[i] for i in idx], self.src.pad_token_id)
             target, target_keep = pad_sources([self.dev_data.tgt[i] for i in idx], self.tgt.pad_token_id)
             pieces = int(target_keep[:, 1:].sum())
-            total += seq2seq_loss(self.model, source, keep, target, target_keep, 0.0).item() * pieces
+            total += self._dev_pieces_loss(source, keep, target, target_keep).item() * pieces
             weight += pieces
         self.model.train(was_training)
         return round(total / max(weight, 1), 4)
 
 
-def fit_abnet(model: ABNet | ABNetEnc, source_tokenizer, target_tokenizer, corpus: Path, lang, cfg, ckpt_dir: Path,
-              fingerprint: dict, name: str, decoding: MaskPredict, length_weight: float = 1.0) -> tuple[State, dict]:
-    """Train AB-Net on corpus/train.{src,tgt} with dev selection; leaves the best weights in `model`."""
+class SponsoredTrainer(AbnetEncTrainer):
+    """The PLM-sponsored model: Eq. 5's loss (translation and half-layer distillation), greedy dev BLEU."""
+
+    def __init__(self, *args, alpha: float = 0.9, **kwargs):
+        self.alpha = alpha
+        super().__init__(*args, **kwargs)
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        loss, _ = sponsored_loss(self.model, batch["source"], batch["source_keep"], batch["target"],
+                                 batch["target_keep"], self.alpha, self.cfg.label_smoothing)
+        return loss
+
+    def _dev_pieces_loss(self, source, keep, target, target_keep) -> torch.Tensor:
+        logits, _ = self.model(source, keep, target[:, :-1], target_keep[:, :-1])
+        labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+
+
+def fit_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, target_tokenizer, corpus: Path, lang, cfg,
+              ckpt_dir: Path, fingerprint: dict, name: str, decoding: MaskPredict,
+              length_weight: float = 1.0) -> tuple[State, dict]:
+    """Train a model of two BERTs (AB-Net, AB-Net-Enc, the PLM-sponsored model) on corpus/train.{src,tgt} with
+    dev selection; leaves the best weights in `model`."""
     data = encode_pairs(source_tokenizer, target_tokenizer, read_text_lines(corpus / f"train.{lang.src}"),
                         read_text_lines(corpus / f"train.{lang.tgt}"), cfg.max_len)
     if not len(data):
@@ -170,7 +199,7 @@ def fit_abnet(model: ABNet | ABNetEnc, source_tokenizer, target_tokenizer, corpu
     dev = (read_text_lines(corpus / f"dev.{lang.src}"), read_text_lines(corpus / f"dev.{lang.tgt}"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    trainer_class = AbnetEncTrainer if isinstance(model, ABNetEnc) else AbnetTrainer
+    trainer_class = {ABNetEnc: AbnetEncTrainer, PlmSponsored: SponsoredTrainer}.get(type(model), AbnetTrainer)
     trainer = trainer_class(model, source_tokenizer, target_tokenizer, data, dev, cfg, ckpt_dir, fingerprint, name,
                            decoding, length_weight)
     state = trainer.train()
