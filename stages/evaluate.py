@@ -21,7 +21,7 @@ from vocabridge.nmt.model import load_model
 from vocabridge.nmt.precision import Precision, resolve_bf16
 from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import translate
-from vocabridge.plm.abnet import ABNetEnc, load_abnet
+from vocabridge.plm.abnet import load_abnet, model_kind
 from vocabridge.plm.train import translate_abnet
 
 
@@ -58,7 +58,8 @@ def main(argv: list[str]) -> None:
     decoder = cfg.decoder
     if abnet:
         precision = Precision(False, "AB-Net decodes in fp32")
-        decoder = "transformers (AB-Net-Enc)" if isinstance(model, ABNetEnc) else "mask-predict"
+        decoder = {"abnet-enc": "transformers (AB-Net-Enc)", "plm-nmt": "greedy (PLM-sponsored)"}.get(
+            model_kind(model), "mask-predict")
     if cfg.latency_sentences:
         _, single = decode(sources[: cfg.latency_sentences], one_at_a_time=True)
         speed["latency_ms"] = round(1000 * single["seconds"] / max(1, min(len(sources), cfg.latency_sentences)), 1)

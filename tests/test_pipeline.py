@@ -592,7 +592,8 @@ def test_the_ledger_takes_a_finished_run_and_refuses_a_stale_one(tiny_copy):
     assert proc.returncode != 0 and len(errors) == 1 and "report" in errors[0] and "not up to date" in errors[0]
 
 
-PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc": {"decoder": "autoregressive"}},
+PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc": {"decoder": "autoregressive"},
+                       "plm-nmt": {"decoder": "coordinator"}},
             "evaluate": {"latency_sentences": 8},
             "abnet": {"adapters": {"encoder_inner": 32, "decoder_ffn": 64, "max_target_len": 62},
                       "train": {"max_updates": 60, "batch_tokens": 800, "lr": 0.003, "warmup": 10, "eval_every": 30,
@@ -614,7 +615,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     from vocabridge.config import deep_merge
 
     params = deep_merge(yaml.safe_load((tiny_copy / "params.yaml").read_text()), PLM_ROWS)
-    params["methods"] += ["abnet", "mask-predict", "abnet-enc"]
+    params["methods"] += ["abnet", "mask-predict", "abnet-enc", "plm-nmt"]
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     proc = run(["dvc", "repro", "report"], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -638,7 +639,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     assert all(plm[k].equal(tuned[k]) for k in plm)
     table = pd.read_csv(tiny_copy / "data/reports/results/report.csv")
     ours = table[table["source"] == "vocabridge"].set_index("method")
-    assert ours.loc[["abnet", "mask-predict", "abnet-enc"], "bleu"].notna().all()
+    assert ours.loc[["abnet", "mask-predict", "abnet-enc", "plm-nmt"], "bleu"].notna().all()
     assert (ours["latency_ms"] > 0).all()  # every row, NMT rows too
     # the PLMs' fixed vocabularies get the mismatch figures too
     fit = json.loads((tiny_copy / "data/diagnostics/abnet.json").read_text())["vocabulary_fit"]
@@ -648,5 +649,8 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     assert "## Vocabulary fit" in report and "PLM (abnet)" in report and "PLM (abnet-enc)" in report
     enc = json.loads((tiny_copy / "data/eval/abnet-enc/metrics.json").read_text())
     assert enc["decoder"] == "transformers (AB-Net-Enc)" and enc["beam"] == params["evaluate"]["beam"]
+    sponsored = json.loads((tiny_copy / "data/eval/plm-nmt/metrics.json").read_text())
+    assert sponsored["decoder"] == "greedy (PLM-sponsored)"
+    assert (tiny_copy / "data/models/finetuned/plm-nmt/teacher/model.safetensors").is_file()
     enc_tuning = json.loads((tiny_copy / "data/metrics/finetune/abnet-enc.json").read_text())
     assert frozen["trainable_parameters"] < enc_tuning["trainable_parameters"] < enc_tuning["parameters"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vocabridge.config import BertArch
+from vocabridge.config import BertArch, Sponsored
 from vocabridge.plm.bert import build_bert, train_plm_tokenizer
 from vocabridge.plm.sponsored import Coordinator, PlmSponsored, coordinator_mask, sponsored_loss
 
@@ -58,8 +58,8 @@ def test_a_coordinator_position_never_sees_a_later_target_position():
 
 def sponsored(tokenizer, kd: bool = True, half_layer: bool = True) -> PlmSponsored:
     teacher = build_bert(TINY, tokenizer, 1) if kd else None
-    return PlmSponsored(build_bert(TINY, tokenizer, 1), build_bert(TINY, tokenizer, 2), teacher, 2, 64, 0.0,
-                        half_layer)
+    settings = Sponsored(coordinator_layers=2, coordinator_ffn=64, dropout=0.0, distill=kd, half_layer=half_layer)
+    return PlmSponsored(build_bert(TINY, tokenizer, 1), build_bert(TINY, tokenizer, 2), teacher, settings)
 
 
 def test_the_whole_model_predicts_left_to_right(tokenizer):
@@ -156,3 +156,17 @@ def test_sponsored_training_resumes_exactly_after_a_crash(tokenizer, tmp_path):
     resumed = sponsored(tokenizer)
     fit_abnet(resumed, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "b", {"run": 1}, "b", MaskPredict())
     assert all(torch.equal(v, resumed.state_dict()[k]) for k, v in straight.state_dict().items())
+
+
+def test_a_sponsored_directory_loads_back_with_its_teacher(tokenizer, tmp_path):
+    from vocabridge.plm.abnet import load_abnet, save_abnet
+
+    model = sponsored(tokenizer)
+    for p in model.parameters():
+        torch.nn.init.normal_(p)
+    save_abnet(model, tmp_path / "plm-nmt", tokenizer, tokenizer)
+    loaded, _, _ = load_abnet(tmp_path / "plm-nmt")
+    assert isinstance(loaded, PlmSponsored) and loaded.settings == model.settings
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[name]), name
+    assert not any(p.requires_grad for p in loaded.teacher.parameters())

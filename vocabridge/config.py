@@ -377,9 +377,23 @@ class AbnetModel:
     plms: bool = True  # false: the Mask-Predict baseline without BERT: the same layers from random weights, all
     #                    of them trained
     upstream: bool = True  # false: no upstream training; rows learn from the downstream data alone
-    decoder: Literal["mask-predict", "autoregressive"] = "mask-predict"  # autoregressive: AB-Net-Enc (the
-    #     adapted source BERT and a Transformer decoder from scratch with the target BERT's sizes and vocabulary,
-    #     beam search with evaluate.beam)
+    decoder: Literal["mask-predict", "autoregressive", "coordinator"] = "mask-predict"  # autoregressive:
+    #     AB-Net-Enc (the adapted source BERT and a Transformer decoder from scratch with the target BERT's sizes
+    #     and vocabulary, beam search with evaluate.beam); coordinator: Duan & Zhao's PLM-sponsored model (both
+    #     BERTs fine-tuned, the target one causal, a coordinator for cross-attention, half-layer distillation;
+    #     abnet.sponsored), greedy search
+
+
+@dataclass
+class Sponsored:
+    """The PLM-sponsored model (Duan & Zhao 2023): coordinator size and the distillation of §2.3."""
+
+    coordinator_layers: int = 6  # the paper: 12 with PLMs (6 in its WMT ablations)
+    coordinator_ffn: int = 1024
+    dropout: float = 0.1
+    alpha: float = 0.9  # L = alpha L_NMT + (1 - alpha) L_kd (the paper)
+    distill: bool = True  # false: no teacher, no L_kd (the paper's "w/o KD")
+    half_layer: bool = True  # the first half of the encoder's layers distilled and merged by a gate (Eq. 6)
 
 
 @dataclass
@@ -390,6 +404,7 @@ class AbnetParams:
     adapters: AbnetAdapters = field(default_factory=AbnetAdapters)
     length_weight: float = 1.0  # the length loss is added to the masked-piece loss (the paper)
     decoding: MaskPredict = field(default_factory=MaskPredict)
+    sponsored: Sponsored = field(default_factory=Sponsored)  # abnets.NAME.decoder: coordinator
     train: Training = field(default_factory=lambda: Training(max_updates=10000, warmup=1000, eval_every=1000,
                                                              batch_tokens=4000, lr=5e-4, select_by="loss"))
     finetune: Training = field(default_factory=lambda: Training(max_updates=350, batch_tokens=1500, lr=5e-4,

@@ -196,9 +196,11 @@ def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: t
 
 
 def abnet_kind(spec: AbnetModel | None) -> str:
-    """The estimator's name for an abnets entry's model: abnet | abnet-enc | mask-predict."""
+    """The estimator's name for an abnets entry's model: abnet | abnet-enc | mask-predict | plm-nmt."""
     if spec is not None and spec.decoder == "autoregressive":
         return "abnet-enc"
+    if spec is not None and spec.decoder == "coordinator":
+        return "plm-nmt"
     return "abnet" if spec is None or spec.plms else "mask-predict"
 
 
@@ -219,6 +221,7 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
         mask_targets,
         seq2seq_loss,
     )
+    from vocabridge.plm.sponsored import PlmSponsored, greedy_search, sponsored_loss
 
     pretrained = spec.plms
 
@@ -234,7 +237,11 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     adapters = dataclasses.replace(params.abnet.adapters,
                                    max_target_len=min(params.abnet.adapters.max_target_len, arch.max_positions - 2))
     enc = spec.decoder == "autoregressive"
-    if enc:
+    sponsored = spec.decoder == "coordinator"
+    if sponsored:
+        teacher = BertForMaskedLM(config) if pretrained and params.abnet.sponsored.distill else None
+        model = PlmSponsored(*berts, teacher, params.abnet.sponsored, adapters).to(device).train()
+    elif enc:
         decoder = BertLMHeadModel(autoregressive_decoder_config(config))
         decoder.set_attn_implementation("eager")
         model = ABNetEnc(berts[0], decoder, adapters, freeze_bert=pretrained).to(device).train()
@@ -252,7 +259,9 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     source, keep = source.to(device), torch.ones_like(source).to(device)
 
     def update() -> None:
-        if enc:
+        if sponsored:
+            loss, _ = sponsored_loss(model, source, keep, targets.to(device), keep)
+        elif enc:
             loss = seq2seq_loss(model, source, keep, targets.to(device), keep)
         else:
             loss, _ = cmlm_loss(model, source, keep, batch)
@@ -263,6 +272,14 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     decoding = params.abnet.decoding
     sentences = source[: decoding.batch_sentences]
     special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
+    if sponsored:  # greedy search at dev and test time; random weights run to the length limit
+        greedy_search(model, sentences[:2], keep[:2], special, 4)  # warm-up
+        _sync(device)
+        started = time.perf_counter()
+        greedy_search(model, sentences, keep[: len(sentences)], special, length - 2)
+        _sync(device)
+        per_sentence = (time.perf_counter() - started) / len(sentences)
+        return per_update, per_sentence, per_sentence
     if enc:  # random weights never emit [SEP]: every sentence runs to the length limit, as long as its source
         searched = []
         for beam in (1, params.evaluate.beam):

@@ -300,21 +300,38 @@ def untied(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def save_abnet(model: ABNet | ABNetEnc, out: Path, source_tokenizer, target_tokenizer) -> None:
+def model_kind(model) -> str:
+    """abnet | abnet-enc | plm-nmt: what abnet.json records, and how a model directory loads and decodes."""
+    from vocabridge.plm.sponsored import PlmSponsored
+
+    if isinstance(model, PlmSponsored):
+        return "plm-nmt"
+    return "abnet-enc" if isinstance(model, ABNetEnc) else "abnet"
+
+
+def save_abnet(model, out: Path, source_tokenizer, target_tokenizer) -> None:
     """A model directory: source/ and target/ (Hugging Face BERT directories as the model holds them; AB-Net-Enc
-    has no target BERT, its target/ holds the tokenizer only), adapters.safetensors (what trained) and abnet.json
-    (kind and sizes)."""
-    enc = isinstance(model, ABNetEnc)
+    has no target BERT, its target/ holds the tokenizer only; the PLM-sponsored model adds its frozen teacher/),
+    adapters.safetensors (everything else that trained) and abnet.json (kind and sizes)."""
+    kind = model_kind(model)
     with atomic_dir(out) as tmp:
         model.source_bert.save_pretrained(tmp / "source", safe_serialization=True)
         source_tokenizer.save_pretrained(tmp / "source")
-        if not enc:
+        if kind != "abnet-enc":
             model.target_bert.save_pretrained(tmp / "target", safe_serialization=True)
         target_tokenizer.save_pretrained(tmp / "target")
+        if kind == "plm-nmt" and model.teacher is not None:
+            model.teacher.save_pretrained(tmp / "teacher", safe_serialization=True)
+            source_tokenizer.save_pretrained(tmp / "teacher")
         save_file(untied(model.adapter_state()), str(tmp / "adapters.safetensors"))
-        write_json(tmp / "abnet.json", {"kind": "abnet-enc" if enc else "abnet", "size": asdict(model.size),
-                                        "freeze_bert": model.freeze_bert,
-                                        **({"decoder": model.decoder.config.to_dict()} if enc else {})})
+        meta = {"kind": kind, "size": asdict(model.size)}
+        if kind == "plm-nmt":
+            meta["sponsored"] = asdict(model.settings)
+        else:
+            meta["freeze_bert"] = model.freeze_bert
+        if kind == "abnet-enc":
+            meta["decoder"] = model.decoder.config.to_dict()
+        write_json(tmp / "abnet.json", meta)
 
 
 def load_abnet(path: Path):
@@ -329,7 +346,14 @@ def load_abnet(path: Path):
     meta = json.loads((path / "abnet.json").read_text(encoding="utf-8"))
     source_bert, source_tokenizer = load_bert(path / "source")
     size = AbnetAdapters(**meta["size"])
-    if meta.get("kind", "abnet") == "abnet-enc":
+    if meta.get("kind") == "plm-nmt":
+        from vocabridge.config import Sponsored
+        from vocabridge.plm.sponsored import PlmSponsored
+
+        target_bert, target_tokenizer = load_bert(path / "target")
+        teacher = load_bert(path / "teacher")[0] if (path / "teacher").is_dir() else None
+        model = PlmSponsored(source_bert, target_bert, teacher, Sponsored(**meta["sponsored"]), size)
+    elif meta.get("kind", "abnet") == "abnet-enc":
         target_tokenizer = AutoTokenizer.from_pretrained(path / "target", local_files_only=True)
         decoder = BertLMHeadModel(BertConfig(**meta["decoder"]))
         decoder.set_attn_implementation("eager")
@@ -344,10 +368,12 @@ def load_abnet(path: Path):
 
 
 def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool, seed: int,
-              decoder: str = "mask-predict"):
+              decoder: str = "mask-predict", sponsored=None):
     """An untrained AB-Net on the BERT directories (model, source tokenizer, target tokenizer). `pretrained`
     false: the Mask-Predict baseline, the same layers re-initialised at random and all of them trained.
-    `decoder: autoregressive`: AB-Net-Enc, a decoder from scratch with the target BERT's sizes and vocabulary."""
+    `decoder: autoregressive`: AB-Net-Enc, a decoder from scratch with the target BERT's sizes and vocabulary.
+    `decoder: coordinator`: the PLM-sponsored model (settings `sponsored`), its teacher a frozen copy of the
+    source BERT."""
     from vocabridge.plm.bert import load_bert
 
     source_bert, source_tokenizer = load_bert(source_dir)
@@ -357,6 +383,12 @@ def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretr
         source_bert, target_bert = (type(b)(b.config) for b in (source_bert, target_bert))
         for bert in (source_bert, target_bert):
             bert.set_attn_implementation("eager")
+    if decoder == "coordinator":
+        from vocabridge.plm.sponsored import PlmSponsored
+
+        teacher = load_bert(source_dir)[0] if pretrained and sponsored.distill else None
+        model = PlmSponsored(source_bert, target_bert, teacher, sponsored, adapters)
+        return model, source_tokenizer, target_tokenizer
     if decoder == "autoregressive":
         config = autoregressive_decoder_config(target_bert.config)
         config.bos_token_id, config.eos_token_id = target_tokenizer.cls_token_id, target_tokenizer.sep_token_id

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertForMaskedLM
 
+from vocabridge.config import AbnetAdapters, Sponsored
+from vocabridge.errors import InputError
 from vocabridge.plm.abnet import additive_mask
 
 
@@ -105,18 +107,25 @@ class PlmSponsored(nn.Module):
     BERT, gives the distillation target."""
 
     def __init__(self, source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, teacher: BertForMaskedLM | None,
-                 coordinator_layers: int, coordinator_ffn: int, dropout: float, half_layer: bool = True):
+                 settings: Sponsored, size: AbnetAdapters | None = None):
         super().__init__()
         self.source_bert, self.target_bert, self.teacher = source_bert, target_bert, teacher
+        self.settings, self.size = settings, size or AbnetAdapters()
         d = source_bert.config.hidden_size
         if target_bert.config.hidden_size != d:
-            raise ValueError(f"the two BERTs differ in width ({d}, {target_bert.config.hidden_size})")
-        self.half_layer = half_layer
-        self.fusion = HalfLayerFusion(d, coordinator_ffn, dropout) if half_layer else None
-        self.coordinator = Coordinator(d, coordinator_layers, target_bert.config.num_attention_heads,
-                                       coordinator_ffn, dropout, target_bert.config.max_position_embeddings)
+            raise InputError(f"the PLM-sponsored model needs BERTs of one width (source {d}, target "
+                             f"{target_bert.config.hidden_size})")
+        self.fusion = HalfLayerFusion(d, settings.coordinator_ffn, settings.dropout) if settings.half_layer else None
+        self.coordinator = Coordinator(d, settings.coordinator_layers, target_bert.config.num_attention_heads,
+                                       settings.coordinator_ffn, settings.dropout,
+                                       target_bert.config.max_position_embeddings)
         if teacher is not None:
             teacher.requires_grad_(False)
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """What a model directory holds beside its BERT directories: the coordinator and the fusion."""
+        return {k: v for k, v in self.state_dict().items()
+                if not k.startswith(("source_bert.", "target_bert.", "teacher."))}
 
     def encode(self, source: torch.Tensor, source_keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """r^S and the hidden state after the first half of the layers (what distillation pulls)."""
@@ -138,20 +147,20 @@ class PlmSponsored(nn.Module):
 
 
 def sponsored_loss(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, target: torch.Tensor,
-                   target_keep: torch.Tensor, alpha: float = 0.9, label_smoothing: float = 0.1,
-                   ) -> tuple[torch.Tensor, dict[str, float]]:
+                   target_keep: torch.Tensor, label_smoothing: float = 0.1) -> tuple[torch.Tensor, dict[str, float]]:
     """Eq. 5: alpha L_NMT + (1 - alpha) L_kd. L_NMT: teacher-forced cross-entropy of y [SEP] given [CLS] y; L_kd:
     mean squared error between the half-layer state and the frozen teacher's output (without a teacher: L_NMT)."""
     logits, half = model(source, source_keep, target[:, :-1], target_keep[:, :-1])
     labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
     nmt = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
                           label_smoothing=label_smoothing)
-    if model.teacher is None:
+    if model.teacher is None or not model.settings.distill:
         return nmt, {"nmt_loss": nmt.item()}
     with torch.no_grad():
         taught = bert_layers(model.teacher, source, source_keep)[-1]
     keep = source_keep.bool()
     kd = F.mse_loss(half[keep].float(), taught[keep].float())
+    alpha = model.settings.alpha
     return alpha * nmt + (1 - alpha) * kd, {"nmt_loss": nmt.item(), "kd_loss": kd.item()}
 
 

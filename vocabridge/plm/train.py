@@ -172,13 +172,9 @@ class AbnetEncTrainer(AbnetTrainer):
 class SponsoredTrainer(AbnetEncTrainer):
     """The PLM-sponsored model: Eq. 5's loss (translation and half-layer distillation), greedy dev BLEU."""
 
-    def __init__(self, *args, alpha: float = 0.9, **kwargs):
-        self.alpha = alpha
-        super().__init__(*args, **kwargs)
-
     def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         loss, _ = sponsored_loss(self.model, batch["source"], batch["source_keep"], batch["target"],
-                                 batch["target_keep"], self.alpha, self.cfg.label_smoothing)
+                                 batch["target_keep"], self.cfg.label_smoothing)
         return loss
 
     def _dev_pieces_loss(self, source, keep, target, target_keep) -> torch.Tensor:

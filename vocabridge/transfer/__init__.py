@@ -105,8 +105,8 @@ def keep_pretrained(res: Resources) -> Built:
 
 def abnet_model(res: Resources) -> Built:
     """AB-Net rows start from an AB-Net directory of the abnet stage, not from a Marian model."""
-    raise InputError("AB-Net rows (abnet, abnet-enc, mask-predict) run in the pipeline only: their initial model is "
-                     "an entry of params.yaml's abnets, trained by `dvc repro abnet@NAME`")
+    raise InputError("AB-Net rows (abnet, abnet-enc, mask-predict, plm-nmt) run in the pipeline only: their initial "
+                     "model is an entry of params.yaml's abnets, trained by `dvc repro abnet@NAME`")
 
 
 def from_scratch(res: Resources) -> Built:
@@ -251,6 +251,10 @@ METHODS: dict[str, Method] = {
     # autoregressive), beam search
     "abnet-enc": Method(abnet_model, "a row of the from-scratch autoregressive decoder (AB-Net-Enc)", family="abnet",
                         vocabulary="plm", defaults={"upstream": "abnet-enc"}),
+    # Duan & Zhao's PLM-sponsored model: both BERTs fine-tuned, a coordinator, half-layer distillation
+    # (abnets.NAME.decoder: coordinator), greedy search
+    "plm-nmt": Method(abnet_model, "the target BERT's own row (PLM-sponsored model)", family="abnet",
+                      vocabulary="plm", defaults={"upstream": "plm-nmt"}),
     "independent-encoder": Method(adapted(independent), "random, and every other row too: a new embedding layer",
                                   defaults={"sides": "decoder"}),
 }
