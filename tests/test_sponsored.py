@@ -15,12 +15,7 @@ TEXT = ["Im Anfang schuf Gott Himmel und Erde.", "Und die Erde war wüst und lee
 TINY = BertArch(hidden=32, layers=4, heads=2, ffn=64, max_positions=40, dropout=0.0)
 
 
-@pytest.fixture(autouse=True)
-def two_threads():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("two_threads")
 
 
 @pytest.fixture(scope="module")

@@ -172,7 +172,9 @@ def seq2seq_loss(model: ABNetEnc, source: torch.Tensor, source_keep: torch.Tenso
 @torch.inference_mode()
 def beam_search(model: ABNetEnc, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
                 beam: int, length_penalty: float = 1.0, max_len: int = 126) -> list[list[int]]:
-    """AB-Net-Enc's translations by transformers' beam search (beam 1: greedy), pieces without [CLS]/[SEP]."""
+    """AB-Net-Enc's translations by transformers' beam search (beam 1: greedy), pieces without [CLS]/[SEP]; at
+    most `max_len` pieces and never more than the decoder has positions for."""
+    max_len = min(max_len, model.decoder.config.max_position_embeddings - 2)
     out = model.decoder.generate(
         input_ids=torch.full((len(source), 1), special["cls"], dtype=torch.long),
         encoder_hidden_states=model.encode(source, source_keep), encoder_attention_mask=source_keep,
@@ -182,7 +184,7 @@ def beam_search(model: ABNetEnc, source: torch.Tensor, source_keep: torch.Tensor
     pieces = []
     for row in out[:, 1:].tolist():
         end = row.index(special["sep"]) if special["sep"] in row else len(row)
-        pieces.append([p for p in row[:end] if p != special["pad"]])
+        pieces.append([p for p in row[:end] if p != special["pad"]][:max_len])
     return pieces
 
 

@@ -121,19 +121,24 @@ class AbnetTrainer(Trainer):
 
     @torch.inference_mode()
     def _dev_loss(self) -> float:
-        """The conditional masked-LM loss on the dev pairs with fixed masks (no label smoothing)."""
+        """The dev pairs' loss (no label smoothing) in batches of 32 by target length, each weighted as
+        `_dev_batch` says."""
         was_training = self.model.training
         self.model.eval()
         total, weight = 0.0, 0
         order = np.argsort([len(t) for t in self.dev_data.tgt])
         for start in range(0, len(order), 32):
-            idx = order[start : start + 32]
-            batch = self._masked_batch(self.dev_data, idx, 7919 + start)
-            loss, _ = cmlm_loss(self.model, batch["source"], batch["source_keep"], batch, 0.0, self.length_weight)
-            total += loss.item() * len(idx)
-            weight += len(idx)
+            loss, w = self._dev_batch(order[start : start + 32], start)
+            total += loss * w
+            weight += w
         self.model.train(was_training)
         return round(total / max(weight, 1), 4)
+
+    def _dev_batch(self, idx: np.ndarray, start: int) -> tuple[float, int]:
+        """The conditional masked-LM loss with fixed masks, weighted by sentences."""
+        batch = self._masked_batch(self.dev_data, idx, 7919 + start)
+        loss, _ = cmlm_loss(self.model, batch["source"], batch["source_keep"], batch, 0.0, self.length_weight)
+        return loss.item(), len(idx)
 
 
 class AbnetEncTrainer(AbnetTrainer):
@@ -151,22 +156,12 @@ class AbnetEncTrainer(AbnetTrainer):
     def _dev_pieces_loss(self, source, keep, target, target_keep) -> torch.Tensor:
         return seq2seq_loss(self.model, source, keep, target, target_keep, 0.0)
 
-    @torch.inference_mode()
-    def _dev_loss(self) -> float:
-        """Teacher-forced cross-entropy a target piece on the dev pairs (no label smoothing)."""
-        was_training = self.model.training
-        self.model.eval()
-        total, weight = 0.0, 0
-        order = np.argsort([len(t) for t in self.dev_data.tgt])
-        for start in range(0, len(order), 32):
-            idx = order[start : start + 32]
-            source, keep = pad_sources([self.dev_data.src[i] for i in idx], self.src.pad_token_id)
-            target, target_keep = pad_sources([self.dev_data.tgt[i] for i in idx], self.tgt.pad_token_id)
-            pieces = int(target_keep[:, 1:].sum())
-            total += self._dev_pieces_loss(source, keep, target, target_keep).item() * pieces
-            weight += pieces
-        self.model.train(was_training)
-        return round(total / max(weight, 1), 4)
+    def _dev_batch(self, idx: np.ndarray, start: int) -> tuple[float, int]:
+        """Teacher-forced cross-entropy a target piece, weighted by target pieces."""
+        source, keep = pad_sources([self.dev_data.src[i] for i in idx], self.src.pad_token_id)
+        target, target_keep = pad_sources([self.dev_data.tgt[i] for i in idx], self.tgt.pad_token_id)
+        pieces = int(target_keep[:, 1:].sum())
+        return self._dev_pieces_loss(source, keep, target, target_keep).item(), pieces
 
 
 class SponsoredTrainer(AbnetEncTrainer):
