@@ -4,10 +4,10 @@ The BERTs of the plm stage (lang.src as encoder, lang.tgt as decoder), frozen, j
 as a conditional masked LM on the upstream pairs (`abnet.train`, dev selection on the upstream dev set); with
 `abnets.NAME.plms: false` the same layers start from random weights and all of them train (the Mask-Predict
 baseline without BERT); `decoder: autoregressive` gives AB-Net-Enc (the adapted source BERT, a decoder from
-scratch) and `decoder: coordinator` Duan & Zhao's PLM-sponsored model (abnet.sponsored); with `upstream: false`
-nothing trains here and the rows learn from the downstream data alone. Writes data/models/upstream/NAME (an
-AB-Net directory), data/plots/abnet/NAME/*.csv and data/metrics/abnet/NAME.json; interrupted runs resume from
-data/checkpoints/abnet/NAME.
+scratch) and `decoder: coordinator` Duan & Zhao's PLM-sponsored model (abnet.sponsored with the entry's own
+`sponsored` keys); with `upstream: false` nothing trains here and the rows learn from the downstream data alone.
+Writes data/models/upstream/NAME (an AB-Net directory), data/plots/abnet/NAME/*.csv and
+data/metrics/abnet/NAME.json; interrupted runs resume from data/checkpoints/abnet/NAME.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 from dataclasses import asdict
 
 from stages import _paths as paths
-from vocabridge.config import load_params
+from vocabridge.config import load_params, sponsored_settings
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 from vocabridge.fileio import sha256_file, write_json
@@ -34,17 +34,17 @@ def main(argv: list[str]) -> None:
     name, cfg, lang = args.name, params.abnet, params.lang
     if name not in params.abnets:
         raise ConfigError(f"params.yaml: abnets: no entry '{name}' (entries: {sorted(params.abnets)})")
-    spec = params.abnets[name]
+    spec, sponsored = params.abnets[name], sponsored_settings(params, name)
     use_compute(params.compute)
     model, source_tokenizer, target_tokenizer = new_abnet(paths.PLMS / lang.src, paths.PLMS / lang.tgt, cfg.adapters,
-                                                          spec.plms, cfg.train.seed, spec.decoder, cfg.sponsored)
+                                                          spec.plms, cfg.train.seed, spec.decoder, sponsored)
     plots, metrics = paths.PLOTS / "abnet" / name, paths.METRICS / "abnet" / f"{name}.json"
     summary: dict = {"updates": 0, "stopped": "no upstream training (abnets.NAME.upstream: false)"}
     state = State()
     if spec.upstream:
         corpus = paths.CORPORA / "upstream"
         fingerprint = fingerprint_of("abnet", name, asdict(lang), asdict(spec), asdict(cfg.adapters), cfg.length_weight,
-                                     *([asdict(cfg.sponsored)] if spec.decoder == "coordinator" else []),
+                                     *([asdict(sponsored)] if spec.decoder == "coordinator" else []),
                                      asdict(cfg.train), sha256_file(corpus / "stats.json"),
                                      *(sha256_file(paths.PLMS / code / "model.safetensors")
                                        for code in (lang.src, lang.tgt)))

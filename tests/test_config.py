@@ -86,3 +86,24 @@ def test_backtranslation_and_mixing_keys_are_checked(tmp_path):
         path.write_text(text + "\n")
         with pytest.raises(ConfigError, match=re.escape(message)):
             load_params(path)
+
+
+def test_a_sponsored_model_sets_its_own_terms_over_abnet_sponsored():
+    from vocabridge.config import sponsored_settings, validate
+
+    data = {"plms": {"de": {}, "en": {}}, "abnet": {"sponsored": {"alpha": 0.8}},
+            "abnets": {"plm-nmt": {"decoder": "coordinator"},
+                       "plm-nmt-no-mlm": {"decoder": "coordinator", "sponsored": {"mlm": 0, "distill": False}}}}
+    params = validate(parse(Params, data, "params"))
+    full, ablated = sponsored_settings(params, "plm-nmt"), sponsored_settings(params, "plm-nmt-no-mlm")
+    assert (full.alpha, full.mlm, full.target_lm, full.distill) == (0.8, 0.15, 0.1, True)
+    assert (ablated.alpha, ablated.mlm, ablated.target_lm, ablated.distill) == (0.8, 0.0, 0.1, False)
+    for entry, expected in (({"decoder": "coordinator", "sponsored": {"kd": False}},
+                             r"unknown key 'kd' \(params.abnets.x.sponsored.kd\)"),
+                            ({"decoder": "coordinator", "sponsored": {"distill": "no"}},
+                             r"params.abnets.x.sponsored.distill: expected"),
+                            ({"decoder": "coordinator", "sponsored": {"target_lm": 1.5}},
+                             r"abnets.x.sponsored.target_lm: a fraction in \[0, 1\)"),
+                            ({"sponsored": {"mlm": 0}}, r"abnets.x.sponsored: only for `decoder: coordinator`")):
+        with pytest.raises(ConfigError, match=expected):
+            validate(parse(Params, data | {"abnets": {"x": entry}}, "params"))

@@ -593,9 +593,12 @@ def test_the_ledger_takes_a_finished_run_and_refuses_a_stale_one(tiny_copy):
 
 
 PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc": {"decoder": "autoregressive"},
-                       "plm-nmt": {"decoder": "coordinator"}},
+                       "plm-nmt": {"decoder": "coordinator"},
+                       "plm-nmt-no-mlm": {"decoder": "coordinator", "upstream": False, "sponsored": {"mlm": 0}}},
+            "transfer": {"plm-nmt-no-mlm": {"method": "plm-nmt", "upstream": "plm-nmt-no-mlm"}},
             "evaluate": {"latency_sentences": 8},
             "abnet": {"adapters": {"encoder_inner": 32, "decoder_ffn": 64, "max_target_len": 62},
+                      "sponsored": {"coordinator_layers": 1, "coordinator_ffn": 64},
                       "train": {"max_updates": 60, "batch_tokens": 800, "lr": 0.003, "warmup": 10, "eval_every": 30,
                                 "dev_sentences": 20, "checkpoint_every": 30, "log_every": 10, "max_len": 64,
                                 "select_by": "loss"},
@@ -615,7 +618,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     from vocabridge.config import deep_merge
 
     params = deep_merge(yaml.safe_load((tiny_copy / "params.yaml").read_text()), PLM_ROWS)
-    params["methods"] += ["abnet", "mask-predict", "abnet-enc", "plm-nmt"]
+    params["methods"] += ["abnet", "mask-predict", "abnet-enc", "plm-nmt", "plm-nmt-no-mlm"]
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     proc = run(["dvc", "repro", "report"], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -652,5 +655,11 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     sponsored = json.loads((tiny_copy / "data/eval/plm-nmt/metrics.json").read_text())
     assert sponsored["decoder"] == "greedy (PLM-sponsored)"
     assert (tiny_copy / "data/models/finetuned/plm-nmt/teacher/model.safetensors").is_file()
+    # an ablation of the paper's Table 3: its own `sponsored` keys, here without upstream training
+    for row, mlm in (("plm-nmt", 0.15), ("plm-nmt-no-mlm", 0.0)):
+        meta = json.loads((tiny_copy / f"data/models/finetuned/{row}/abnet.json").read_text())
+        assert meta["sponsored"]["mlm"] == mlm and meta["sponsored"]["coordinator_layers"] == 1
+    assert json.loads((tiny_copy / "data/metrics/abnet/plm-nmt-no-mlm.json").read_text())["updates"] == 0
+    assert ours.loc["plm-nmt-no-mlm", "bleu"] >= 0
     enc_tuning = json.loads((tiny_copy / "data/metrics/finetune/abnet-enc.json").read_text())
     assert frozen["trainable_parameters"] < enc_tuning["trainable_parameters"] < enc_tuning["parameters"]

@@ -382,6 +382,8 @@ class AbnetModel:
     #     and vocabulary, beam search with evaluate.beam); coordinator: Duan & Zhao's PLM-sponsored model (both
     #     BERTs fine-tuned, the target one causal, a coordinator for cross-attention, half-layer distillation;
     #     abnet.sponsored), greedy search
+    sponsored: dict[str, Any] = field(default_factory=dict)  # decoder: coordinator: keys of abnet.sponsored that
+    #     this model sets otherwise (the paper's Table 3 ablations: `{mlm: 0}`, `{distill: false}`, ...)
 
 
 @dataclass
@@ -391,9 +393,13 @@ class Sponsored:
     coordinator_layers: int = 6  # the paper: 12 with PLMs (6 in its WMT ablations)
     coordinator_ffn: int = 1024
     dropout: float = 0.1
-    alpha: float = 0.9  # L = alpha L_NMT + (1 - alpha) L_kd (the paper)
-    distill: bool = True  # false: no teacher, no L_kd (the paper's "w/o KD")
-    half_layer: bool = True  # the first half of the encoder's layers distilled and merged by a gate (Eq. 6)
+    alpha: float = 0.9  # L = alpha L_NMT + (1 - alpha) L_kd + L_MLM + L_T (Eq. 9)
+    distill: bool = True  # false: no teacher, no L_kd (the paper's "-L_kd")
+    half_layer: bool = True  # the first half of the encoder's layers distilled and merged by a gate (Eq. 6);
+    #                          false: the encoder's output distilled, no gate (the paper's "+L_fkd -L_kd")
+    mlm: float = 0.15  # L_MLM: the source BERT predicts this fraction of a masked copy of the source; 0: none
+    target_lm: float = 0.1  # L_T: the causal target BERT predicts this fraction of the next words alone (Eq. 8,
+    #                         "only 10% words"); 0: none
 
 
 @dataclass
@@ -569,7 +575,7 @@ def validate(params: Params) -> Params:
         if code not in (params.lang.src, params.lang.tgt):
             raise ConfigError(f"params.yaml: plms.{code}: not a language of this pipeline ({params.lang.src}, "
                               f"{params.lang.tgt})")
-    for name in params.abnets:
+    for name, spec in params.abnets.items():
         if name == "base" or name in params.upstreams or not name.replace("-", "").replace("_", "").isalnum():
             raise ConfigError(f"params.yaml: abnets.{name}: a name of letters, digits, '-' and '_', neither 'base' "
                               f"nor an entry of upstreams (they share data/models/upstream)")
@@ -577,10 +583,24 @@ def validate(params: Params) -> Params:
         if missing:
             raise ConfigError(f"params.yaml: abnets.{name}: needs a BERT per language; add plms.{missing[0]} "
                               f"(`{{}}` trains the pipeline's own)")
+        if spec.sponsored and spec.decoder != "coordinator":
+            raise ConfigError(f"params.yaml: abnets.{name}.sponsored: only for `decoder: coordinator` (this model's "
+                              f"decoder: {spec.decoder})")
+        settings = sponsored_settings(params, name)
+        for key in ("mlm", "target_lm"):
+            if not 0 <= getattr(settings, key) < 1:
+                raise ConfigError(f"params.yaml: abnets.{name}.sponsored.{key}: a fraction in [0, 1), got "
+                                  f"{getattr(settings, key)}")
     if params.backtranslation.sentences < 0:
         raise ConfigError(f"params.yaml: backtranslation.sentences: must be >= 0 (0: all), got "
                           f"{params.backtranslation.sentences}")
     return params
+
+
+def sponsored_settings(params: Params, name: str) -> Sponsored:
+    """The PLM-sponsored settings of abnets.NAME: abnet.sponsored with the entry's own `sponsored` keys."""
+    merged = dataclasses.asdict(params.abnet.sponsored) | params.abnets[name].sponsored
+    return parse(Sponsored, merged, f"params.abnets.{name}.sponsored")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

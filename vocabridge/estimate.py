@@ -221,7 +221,7 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
         mask_targets,
         seq2seq_loss,
     )
-    from vocabridge.plm.sponsored import PlmSponsored, greedy_search, sponsored_loss
+    from vocabridge.plm.sponsored import PlmSponsored, auxiliary_labels, greedy_search, sponsored_loss
 
     pretrained = spec.plms
 
@@ -257,10 +257,20 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     batch = mask_targets(targets.tolist(), 4, 0, gen)
     batch = {k: v.to(device) for k, v in batch.items()}
     source, keep = source.to(device), torch.ones_like(source).to(device)
+    if sponsored:  # abnet.sponsored's terms (the ablations of its Table 3 only drop some): L_MLM on a copy
+        settings = params.abnet.sponsored
+        sponsored_batch = {"source": source, "source_keep": keep, "target": targets.to(device), "target_keep": keep}
+        if settings.mlm:
+            masked = torch.rand(source.shape, generator=gen) < settings.mlm
+            sponsored_batch |= {"mlm_source": source.masked_fill(masked.to(device), 4),
+                                "mlm_labels": source.masked_fill(~masked.to(device), -100)}
+        if settings.target_lm:
+            sponsored_batch["lm_labels"] = auxiliary_labels(targets, torch.ones_like(targets), settings.target_lm,
+                                                            gen).to(device)
 
     def update() -> None:
         if sponsored:
-            loss, _ = sponsored_loss(model, source, keep, targets.to(device), keep)
+            loss, _ = sponsored_loss(model, sponsored_batch)
         elif enc:
             loss = seq2seq_loss(model, source, keep, targets.to(device), keep)
         else:

@@ -8,8 +8,11 @@ M = concat(M_S, M_T, M_h), n x (m + 2n): nothing masked over the source, later p
 target parts, so a target position never sees a later one.
 
 Half-layer knowledge distillation (§2.3): the encoder's hidden state after its first M/2 layers is pulled towards
-a frozen BERT's representation (mean squared error, L = alpha L_NMT + (1 - alpha) L_kd, alpha 0.9) and merged into
-the final representation by a gate and an FFN (Eq. 6). The teacher is used in training only.
+a frozen BERT's representation (mean squared error) and merged into the final representation by a gate and an FFN
+(Eq. 6); the teacher is used in training only. The training loss is Eq. 9:
+L = alpha L_NMT + (1 - alpha) L_kd + L_MLM + L_T, where L_MLM is the source BERT's masked-LM loss on a masked copy
+of the source (the translation loss sees the original) and L_T (Eq. 8) the causal target BERT's next-word loss
+without the source, on 10% of the words. Every term but L_NMT can be switched off (the paper's Table 3).
 """
 
 from __future__ import annotations
@@ -128,40 +131,80 @@ class PlmSponsored(nn.Module):
                 if not k.startswith(("source_bert.", "target_bert.", "teacher."))}
 
     def encode(self, source: torch.Tensor, source_keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """r^S and the hidden state after the first half of the layers (what distillation pulls)."""
+        """r^S and the state that distillation pulls: the one after the first half of the layers, or with
+        `half_layer` false the encoder's output (full-layer distillation, no gate)."""
         states = bert_layers(self.source_bert, source, source_keep)
-        last, half = states[-1], states[(len(states) - 1) // 2]
-        return (self.fusion(last, half) if self.fusion is not None else last), half
+        if self.fusion is None:
+            return states[-1], states[-1]
+        half = states[(len(states) - 1) // 2]
+        return self.fusion(states[-1], half), half
 
-    def decode(self, r_s: torch.Tensor, source_keep: torch.Tensor, target_in: torch.Tensor,
-               target_keep: torch.Tensor) -> torch.Tensor:
-        """Logits over the target vocabulary for each position of `target_in` ([CLS] y...)."""
-        r_t = bert_layers(self.target_bert, target_in, target_keep, causal=True)[-1]
+    def target_states(self, target_in: torch.Tensor, target_keep: torch.Tensor) -> torch.Tensor:
+        """r^T: the target BERT run causally over `target_in` ([CLS] y...)."""
+        return bert_layers(self.target_bert, target_in, target_keep, causal=True)[-1]
+
+    def coordinate(self, r_s: torch.Tensor, source_keep: torch.Tensor, r_t: torch.Tensor,
+                   target_keep: torch.Tensor) -> torch.Tensor:
+        """Logits over the target vocabulary for each target position."""
         return self.target_bert.cls(self.coordinator(r_s, source_keep == 0, r_t, target_keep == 0))
 
     def forward(self, source: torch.Tensor, source_keep: torch.Tensor, target_in: torch.Tensor,
-                target_keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits for each position of `target_in` and the half-layer state."""
-        r_s, half = self.encode(source, source_keep)
-        return self.decode(r_s, source_keep, target_in, target_keep), half
+                target_keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits for each position of `target_in`, the distilled state and r^T."""
+        r_s, distilled = self.encode(source, source_keep)
+        r_t = self.target_states(target_in, target_keep)
+        return self.coordinate(r_s, source_keep, r_t, target_keep), distilled, r_t
 
 
-def sponsored_loss(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, target: torch.Tensor,
-                   target_keep: torch.Tensor, label_smoothing: float = 0.1) -> tuple[torch.Tensor, dict[str, float]]:
-    """Eq. 5: alpha L_NMT + (1 - alpha) L_kd. L_NMT: teacher-forced cross-entropy of y [SEP] given [CLS] y; L_kd:
-    mean squared error between the half-layer state and the frozen teacher's output (without a teacher: L_NMT)."""
-    logits, half = model(source, source_keep, target[:, :-1], target_keep[:, :-1])
+def translation_loss(logits: torch.Tensor, target: torch.Tensor, target_keep: torch.Tensor,
+                     label_smoothing: float = 0.0) -> torch.Tensor:
+    """Eq. 7: the cross-entropy of y [SEP] given [CLS] y, a target piece."""
     labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
-    nmt = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
-                          label_smoothing=label_smoothing)
-    if model.teacher is None or not model.settings.distill:
-        return nmt, {"nmt_loss": nmt.item()}
-    with torch.no_grad():
-        taught = bert_layers(model.teacher, source, source_keep)[-1]
-    keep = source_keep.bool()
-    kd = F.mse_loss(half[keep].float(), taught[keep].float())
-    alpha = model.settings.alpha
-    return alpha * nmt + (1 - alpha) * kd, {"nmt_loss": nmt.item(), "kd_loss": kd.item()}
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
+                           label_smoothing=label_smoothing)
+
+
+def auxiliary_labels(target: torch.Tensor, target_keep: torch.Tensor, fraction: float,
+                     generator: torch.Generator) -> torch.Tensor:
+    """L_T's labels: the next word at `fraction` of the target positions, -100 elsewhere."""
+    labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
+    chosen = torch.rand(labels.shape, generator=generator) < fraction
+    return labels.masked_fill(~chosen, -100)
+
+
+def _predicted(head: nn.Module, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of `head` at the labelled positions only (0 when none is labelled)."""
+    chosen = labels != -100
+    if not chosen.any():
+        return states.sum() * 0.0
+    return F.cross_entropy(head(states[chosen]).float(), labels[chosen])
+
+
+def sponsored_loss(model: PlmSponsored, batch: dict[str, torch.Tensor], label_smoothing: float = 0.1,
+                   ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Eq. 9 on a batch of `source`, `source_keep`, `target`, `target_keep` and, for the terms that are on,
+    `mlm_source` + `mlm_labels` (L_MLM: the masked copy of the source and its masked pieces) and `lm_labels` (L_T,
+    from auxiliary_labels). L_kd: mean squared error between the distilled state and the frozen teacher's output;
+    without a teacher, L_NMT counts in full."""
+    source, source_keep, target, target_keep = (batch[k] for k in ("source", "source_keep", "target", "target_keep"))
+    logits, distilled, r_t = model(source, source_keep, target[:, :-1], target_keep[:, :-1])
+    nmt = translation_loss(logits, target, target_keep, label_smoothing)
+    parts = {"nmt_loss": nmt}
+    loss = nmt
+    if model.teacher is not None and model.settings.distill:
+        with torch.no_grad():
+            taught = bert_layers(model.teacher, source, source_keep)[-1]
+        keep = source_keep.bool()
+        parts["kd_loss"] = F.mse_loss(distilled[keep].float(), taught[keep].float())
+        loss = model.settings.alpha * nmt + (1 - model.settings.alpha) * parts["kd_loss"]
+    if "mlm_labels" in batch:
+        states = bert_layers(model.source_bert, batch["mlm_source"], source_keep)[-1]
+        parts["mlm_loss"] = _predicted(model.source_bert.cls, states, batch["mlm_labels"])
+        loss = loss + parts["mlm_loss"]
+    if "lm_labels" in batch:
+        parts["lm_loss"] = _predicted(model.target_bert.cls, r_t, batch["lm_labels"])
+        loss = loss + parts["lm_loss"]
+    return loss, {k: v.item() for k, v in parts.items()}
 
 
 @torch.inference_mode()
@@ -174,7 +217,8 @@ def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.
     done = torch.zeros(len(source), dtype=torch.bool)
     banned = [special["cls"], special["pad"], special.get("mask", special["pad"])]
     for _ in range(max_len + 1):
-        logits = model.decode(r_s, source_keep, out, torch.ones_like(out))[:, -1].float()
+        keep = torch.ones_like(out)
+        logits = model.coordinate(r_s, source_keep, model.target_states(out, keep), keep)[:, -1].float()
         logits[:, banned] = -torch.inf
         step = logits.argmax(-1).masked_fill(done, special["pad"])
         out = torch.cat([out, step[:, None]], dim=1)

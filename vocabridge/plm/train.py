@@ -1,6 +1,6 @@
 """Training and decoding AB-Net: the NMT trainer's loop (batches, schedule, dev selection, checkpoints, exact
 resume) with the conditional masked-LM loss and Mask-Predict decoding for dev BLEU; AB-Net-Enc with the
-teacher-forced loss and greedy dev BLEU.
+teacher-forced loss and greedy dev BLEU; the PLM-sponsored model with Eq. 9's loss and greedy dev BLEU.
 
 AB-Net trains in fp32: its frozen BERTs make the forward pass most of an update, and no measurement here has
 shown bf16 faster for it.
@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import sacrebleu
 import torch
+from transformers import DataCollatorForLanguageModeling
 
 from vocabridge.config import MaskPredict
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.train import State, Trainer, TrainingError
 from vocabridge.plm.abnet import ABNet, ABNetEnc, beam_search, cmlm_loss, mask_predict, mask_targets, seq2seq_loss
-from vocabridge.plm.sponsored import PlmSponsored, greedy_search, sponsored_loss
+from vocabridge.plm.sponsored import PlmSponsored, auxiliary_labels, greedy_search, sponsored_loss, translation_loss
 
 
 def special_ids(tokenizer) -> dict[str, int]:
@@ -165,17 +166,27 @@ class AbnetEncTrainer(AbnetTrainer):
 
 
 class SponsoredTrainer(AbnetEncTrainer):
-    """The PLM-sponsored model: Eq. 5's loss (translation and half-layer distillation), greedy dev BLEU."""
+    """The PLM-sponsored model: Eq. 9's loss, greedy dev BLEU, teacher-forced translation loss on dev."""
+
+    def _collate(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        # L_MLM's masks and L_T's words depend on (seed, update) only: a resumed run draws the same ones
+        batch = super()._collate(idx)
+        seed, settings = self.cfg.seed * 1_000_003 + self.state.step, self.model.settings
+        if settings.mlm:
+            masker = DataCollatorForLanguageModeling(self.src, mlm_probability=settings.mlm, seed=seed)
+            masked = masker([{"input_ids": self.data.src[i].tolist()} for i in idx])
+            batch |= {"mlm_source": masked["input_ids"], "mlm_labels": masked["labels"]}
+        if settings.target_lm:
+            batch["lm_labels"] = auxiliary_labels(batch["target"], batch["target_keep"], settings.target_lm,
+                                                  torch.Generator().manual_seed(seed))
+        return batch
 
     def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        loss, _ = sponsored_loss(self.model, batch["source"], batch["source_keep"], batch["target"],
-                                 batch["target_keep"], self.cfg.label_smoothing)
-        return loss
+        return sponsored_loss(self.model, batch, self.cfg.label_smoothing)[0]
 
     def _dev_pieces_loss(self, source, keep, target, target_keep) -> torch.Tensor:
-        logits, _ = self.model(source, keep, target[:, :-1], target_keep[:, :-1])
-        labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        logits, _, _ = self.model(source, keep, target[:, :-1], target_keep[:, :-1])
+        return translation_loss(logits, target, target_keep)
 
 
 def fit_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, target_tokenizer, corpus: Path, lang, cfg,
