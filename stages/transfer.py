@@ -35,21 +35,13 @@ def main(argv: list[str]) -> None:
         if knobs.upstream not in params.abnets:
             raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}' is not an AB-Net model; add "
                               f"abnets.{knobs.upstream} (AB-Net models: {', '.join(sorted(params.abnets)) or 'none'})")
-        abnet_row(name, params, knobs.upstream, row)
+        abnet_row(name, params, knobs, row, method)
         return
     if knobs.upstream != "base" and knobs.upstream not in params.upstreams:
         known = ", ".join(["base", *sorted(params.upstreams)])
         raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}' is not an upstream model; add "
                           f"upstreams.{knobs.upstream} (upstream models: {known})")
-    res = Resources(pretrained=paths.upstream(knobs.upstream),
-                    downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
-                                    "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},
-                    seed=params.finetune.train.seed if knobs.seed is None else knobs.seed,
-                    cbow={"src": paths.CBOW / f"{lang.src}.bin", "tgt": paths.CBOW / f"{lang.tgt}.bin"},
-                    knobs=knobs, diagnostics=params.diagnostics, generator=paths.GENERATORS,
-                    text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
-                          for role, code in (("src", lang.src), ("tgt", lang.tgt))},
-                    corpus=corpus)
+    res = resources(params, knobs)
     use_compute(params.compute)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
@@ -69,26 +61,50 @@ def main(argv: list[str]) -> None:
     print(name, scores)
 
 
-def abnet_row(name: str, params, upstream: str, row: dict) -> None:
-    """An AB-Net row's initial model is its AB-Net as the abnet stage left it; zero-shot dev BLEU by Mask-Predict
-    (AB-Net-Enc: greedy search); no dev perplexity (a masked LM has none to compare with the NMT rows')."""
+def resources(params, knobs) -> Resources:
+    """What the row's method may draw on, from the pipeline's data/ folders."""
+    lang, corpus = params.lang, paths.CORPORA / "downstream"
+    return Resources(pretrained=paths.upstream(knobs.upstream),
+                     downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
+                                     "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},
+                     seed=params.finetune.train.seed if knobs.seed is None else knobs.seed,
+                     cbow={"src": paths.CBOW / f"{lang.src}.bin", "tgt": paths.CBOW / f"{lang.tgt}.bin"},
+                     knobs=knobs, diagnostics=params.diagnostics, generator=paths.GENERATORS,
+                     text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
+                           for role, code in (("src", lang.src), ("tgt", lang.tgt))},
+                     corpus=corpus)
+
+
+def abnet_row(name: str, params, knobs, row: dict, method) -> None:
+    """An AB-Net row's initial model is its AB-Net as the abnet stage left it, or with `target_vocabulary` a
+    PLM-sponsored model whose decoder took the downstream vocabulary; zero-shot dev BLEU by Mask-Predict (AB-Net-Enc,
+    PLM-sponsored: greedy search); no dev perplexity (a masked LM has none to compare with the NMT rows')."""
     import shutil
 
     import sacrebleu
 
-    from vocabridge.plm.abnet import load_abnet
+    from vocabridge.plm.abnet import load_abnet, save_abnet
     from vocabridge.plm.train import translate_abnet
+    from vocabridge.transfer import adapt_plm_decoder
 
     lang, corpus = params.lang, paths.CORPORA / "downstream"
-    source = paths.upstream(upstream)
+    source = paths.upstream(knobs.upstream)
     model, source_tokenizer, target_tokenizer = load_abnet(source)
-    diagnostics = {"method": name, "vocabulary": "plm", "upstream": upstream, "rows": {"copied": 1.0},
-                   "vocab_size": {"src": len(source_tokenizer), "tgt": len(target_tokenizer)},
-                   "vocabulary_fit": plm_vocabulary_fit(source_tokenizer, target_tokenizer, lang)}
+    diagnostics = {"method": name, "vocabulary": "plm", "upstream": knobs.upstream, "rows": {"copied": 1.0}}
+    if knobs.target_vocabulary:
+        use_compute(params.compute)
+        target_tokenizer, diagnostics["decoder"] = adapt_plm_decoder(model, target_tokenizer,
+                                                                     resources(params, knobs), name, method)
+        diagnostics |= {"vocabulary": "plm+downstream target", "rows": diagnostics["decoder"]["rows"]}
+    diagnostics |= {"vocab_size": {"src": len(source_tokenizer), "tgt": len(target_tokenizer)},
+                    "vocabulary_fit": plm_vocabulary_fit(source_tokenizer, target_tokenizer, lang)}
     if row:
         diagnostics["row"] = row
     with atomic_dir(paths.init_model(name)) as tmp:
-        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        if knobs.target_vocabulary:
+            save_abnet(model, tmp, source_tokenizer, target_tokenizer)
+        else:
+            shutil.copytree(source, tmp, dirs_exist_ok=True)
         write_json(tmp / "diagnostics.json", diagnostics)
     n = params.diagnostics.dev_sentences
     sources, refs = (read_text_lines(corpus / f"dev.{code}")[:n] for code in (lang.src, lang.tgt))

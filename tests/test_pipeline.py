@@ -595,7 +595,8 @@ def test_the_ledger_takes_a_finished_run_and_refuses_a_stale_one(tiny_copy):
 PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc": {"decoder": "autoregressive"},
                        "plm-nmt": {"decoder": "coordinator"},
                        "plm-nmt-no-mlm": {"decoder": "coordinator", "upstream": False, "sponsored": {"mlm": 0}}},
-            "transfer": {"plm-nmt-no-mlm": {"method": "plm-nmt", "upstream": "plm-nmt-no-mlm"}},
+            "transfer": {"plm-nmt-no-mlm": {"method": "plm-nmt", "upstream": "plm-nmt-no-mlm"},
+                         "plm-nmt-fwet": {"method": "plm-nmt", "target_vocabulary": "fwet"}},
             "evaluate": {"latency_sentences": 8},
             "abnet": {"adapters": {"encoder_inner": 32, "decoder_ffn": 64, "max_target_len": 62},
                       "sponsored": {"coordinator_layers": 1, "coordinator_ffn": 64},
@@ -618,7 +619,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     from vocabridge.config import deep_merge
 
     params = deep_merge(yaml.safe_load((tiny_copy / "params.yaml").read_text()), PLM_ROWS)
-    params["methods"] += ["abnet", "mask-predict", "abnet-enc", "plm-nmt", "plm-nmt-no-mlm"]
+    params["methods"] += ["abnet", "mask-predict", "abnet-enc", "plm-nmt", "plm-nmt-no-mlm", "plm-nmt-fwet"]
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     proc = run(["dvc", "repro", "report"], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -661,5 +662,14 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
         assert meta["sponsored"]["mlm"] == mlm and meta["sponsored"]["coordinator_layers"] == 1
     assert json.loads((tiny_copy / "data/metrics/abnet/plm-nmt-no-mlm.json").read_text())["updates"] == 0
     assert ours.loc["plm-nmt-no-mlm", "bleu"] >= 0
+    # Duan & Zhao's FWET gives the PLM decoder the downstream target vocabulary
+    fwet = json.loads((tiny_copy / "data/diagnostics/plm-nmt-fwet.json").read_text())
+    assert fwet["decoder"]["initializer"] == "fwet" and fwet["decoder"]["rows"]["projected"] > 0
+    from vocabridge.tokenizers import load_spm, pieces
+
+    target_spm = load_spm(tiny_copy / f"data/spm/downstream/{params['lang']['tgt']}.model")
+    config = json.loads((tiny_copy / "data/models/finetuned/plm-nmt-fwet/target/config.json").read_text())
+    assert config["vocab_size"] == fwet["vocab_size"]["tgt"] == len(pieces(target_spm)) + 5
+    assert ours.loc["plm-nmt-fwet", "bleu"] >= 0
     enc_tuning = json.loads((tiny_copy / "data/metrics/finetune/abnet-enc.json").read_text())
     assert frozen["trainable_parameters"] < enc_tuning["trainable_parameters"] < enc_tuning["parameters"]

@@ -240,6 +240,9 @@ class TransferMethod:
     #                                     (the `backtranslate` stage; Sato et al.'s +BT); None: false
     upstream: str | None = None  # the upstream model it starts from: `base` (the pretrain stage's) or a key of
     #                              `upstreams`; ft-tgtv, joint-vocab and bpe-drop default to the entry of their name
+    target_vocabulary: str | None = None  # PLM-sponsored rows (plm-nmt): the decoder BERT takes the downstream target
+    #                                      vocabulary, its rows made by this method's initialiser (ft-tgtv-random,
+    #                                      va-llm, avg-eg, fwet, ...: Duan & Zhao's FWET is `fwet`); None: its own
 
 
 @dataclass

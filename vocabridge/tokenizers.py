@@ -70,27 +70,44 @@ def spm_vocabulary(sp: spm.SentencePieceProcessor) -> PieceVocabulary:
                            lambda lines: sum(ids.count(sp.unk_id()) for ids in sp.encode(lines)))
 
 
-def plm_vocabulary(tokenizer) -> PieceVocabulary:
-    """A Hugging Face tokenizer's vocabulary in SentencePiece's spelling: unigram/Metaspace pieces as they are;
-    WordPiece's word-initial `x` as `▁x` and its continuation `##x` as `x`. Special tokens are not pieces."""
+def spelled_tokens(tokenizer) -> list[str]:
+    """Every token of a Hugging Face tokenizer, by id, in SentencePiece's spelling: unigram/Metaspace pieces as
+    they are; WordPiece's word-initial `x` as `▁x` and its continuation `##x` as `x`; special tokens as they are."""
     special = set(tokenizer.all_special_tokens)
-    vocab = [t for t in tokenizer.get_vocab() if t not in special]
-    wordpiece = not any(t.startswith("▁") for t in vocab)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    if any(t.startswith("▁") for t in tokens if t not in special):
+        return tokens
+    return [t if t in special else t[2:] if t.startswith("##") else "▁" + t for t in tokens]
 
-    def spell(token: str) -> str:
-        if not wordpiece or token in special:
-            return token
-        return token[2:] if token.startswith("##") else "▁" + token
 
-    def segment(lines: list[str]) -> list[list[str]]:
-        ids = tokenizer(lines, add_special_tokens=False)["input_ids"] if lines else []
-        return [[spell(t) for t in tokenizer.convert_ids_to_tokens(row)] for row in ids]
+class TokenizerPieces:
+    """A Hugging Face tokenizer behind the SentencePiece calls the transfer methods make of a pretrained
+    tokenizer (`encode(lines, out_type=str)`, `encode_as_pieces`), in SentencePiece's spelling."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.tokens = tokenizer, spelled_tokens(tokenizer)
+
+    def encode(self, lines: str | list[str], out_type=str) -> list:
+        if isinstance(lines, str):
+            return self.encode([lines], out_type)[0]
+        ids = self.tokenizer(lines, add_special_tokens=False)["input_ids"] if lines else []
+        return [[self.tokens[i] for i in row] for row in ids] if out_type is str else ids
+
+    def encode_as_pieces(self, text: str) -> list[str]:
+        return self.encode(text)
+
+
+def plm_vocabulary(tokenizer) -> PieceVocabulary:
+    """A Hugging Face tokenizer's vocabulary in SentencePiece's spelling (spelled_tokens). Special tokens are not
+    pieces."""
+    pieces_of = TokenizerPieces(tokenizer)
+    special = set(tokenizer.all_special_tokens)
 
     def unknown(lines: list[str]) -> int:
-        ids = tokenizer(lines, add_special_tokens=False)["input_ids"] if lines else []
-        return sum(row.count(tokenizer.unk_token_id) for row in ids)
+        return sum(row.count(tokenizer.unk_token_id) for row in pieces_of.encode(lines, out_type=int))
 
-    return PieceVocabulary({spell(t) for t in vocab}, len(tokenizer), segment, unknown)
+    return PieceVocabulary({t for t in pieces_of.tokens if t not in special}, len(tokenizer), pieces_of.encode,
+                           unknown)
 
 
 def mismatch(old: spm.SentencePieceProcessor | PieceVocabulary, new: spm.SentencePieceProcessor,

@@ -40,22 +40,54 @@ def train_plm_tokenizer(texts: list[str], vocab_size: int, out: Path) -> PreTrai
     """A SentencePiece-style unigram vocabulary of `vocab_size` pieces fitted to `texts` (Hugging Face
     `tokenizers`; Metaspace pre-tokenisation, so decoding gives back the text exactly and BLEU is scored on the same
     detokenisation as the NMT rows'), with BERT's special tokens and [CLS] ... [SEP] framing; saved to `out`."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     unigram = Tokenizer(models.Unigram())
     unigram.normalizer = normalizers.NFKC()
     unigram.pre_tokenizer = pre_tokenizers.Metaspace()
-    unigram.decoder = decoders.Metaspace()
     unigram.train_from_iterator(texts, trainers.UnigramTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token="[UNK]", show_progress=False))
+    return _as_bert_tokenizer(unigram, out)
+
+
+def bert_tokenizer_from_spm(model_file: Path, out: Path | None = None) -> PreTrainedTokenizerFast:
+    """The pieces and scores of a SentencePiece unigram model (and its normaliser) as a BERT-style tokenizer:
+    BERT's special tokens first, then the model's ordinary pieces in order, so it segments text as the
+    SentencePiece model does. How a PLM decoder takes the downstream vocabulary (vocabridge.plm.vocabulary)."""
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Regex, Tokenizer, models, normalizers
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    try:
+        proto.ParseFromString(Path(model_file).read_bytes())
+    except (OSError, ValueError) as err:
+        raise InputError(f"{model_file}: not a SentencePiece model ({err})") from None
+    if proto.trainer_spec.model_type != proto.trainer_spec.UNIGRAM:
+        raise InputError(f"{model_file}: a unigram SentencePiece model is needed")
+    ordinary = [(p.piece, p.score) for p in proto.pieces if p.type == p.NORMAL]
+    unigram = Tokenizer(models.Unigram([(t, 0.0) for t in SPECIAL_TOKENS] + ordinary, unk_id=1))
+    charsmap = proto.normalizer_spec.precompiled_charsmap
+    unigram.normalizer = normalizers.Sequence(([normalizers.Precompiled(charsmap)] if charsmap else [])
+                                              + [normalizers.Replace(Regex(" {2,}"), " ")])
+    unigram.add_special_tokens(SPECIAL_TOKENS)
+    return _as_bert_tokenizer(unigram, out)
+
+
+def _as_bert_tokenizer(unigram, out: Path | None) -> PreTrainedTokenizerFast:
+    """Metaspace pieces, [CLS] ... [SEP] framing, BERT's special tokens; saved to `out` when given."""
+    from tokenizers import decoders, pre_tokenizers, processors
+
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
     cls, sep = unigram.token_to_id("[CLS]"), unigram.token_to_id("[SEP]")
     unigram.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=unigram, unk_token="[UNK]", pad_token="[PAD]",
                                         cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
                                         model_max_length=512)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(out)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        tokenizer.save_pretrained(out)
     return tokenizer
 
 

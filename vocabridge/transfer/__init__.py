@@ -294,6 +294,48 @@ def generators_needed(methods: list[str], rows: dict[str, TransferMethod] | None
                    if get_method(m, rows).generator})
 
 
+def target_initializer(name: str, knobs: TransferMethod, method: Method) -> tuple[Callable, Method]:
+    """The initialiser (and its method) that makes a PLM decoder's rows for `transfer.NAME.target_vocabulary`."""
+    where = f"params.yaml: transfer.{name}.target_vocabulary"
+    if method is not METHODS["plm-nmt"]:
+        raise ConfigError(f"{where}: only for PLM-sponsored rows (method plm-nmt)")
+    chosen = METHODS.get(knobs.target_vocabulary)
+    usable = sorted(k for k, m in METHODS.items() if m.adapts and m.build.func is adapt)
+    if chosen is None or not chosen.adapts or chosen.build.func is not adapt:
+        raise ConfigError(f"{where}: '{knobs.target_vocabulary}' is not an initialiser a PLM decoder can take "
+                          f"(one of {usable}; the trained generators are trained against the NMT model)")
+    return chosen.build.keywords["initializer"], chosen
+
+
+def adapt_plm_decoder(model, tokenizer, res: Resources, row: str, method: Method) -> tuple[object, dict]:
+    """Give a PLM-sponsored model's decoder the downstream target vocabulary, its rows made by the initialiser
+    of `transfer.ROW.target_vocabulary` (vocabridge.plm.vocabulary); the new tokenizer and the diagnostics."""
+    from vocabridge.plm.abnet import model_kind
+    from vocabridge.plm.vocabulary import swap_target_vocabulary, target_side
+
+    knobs = res.knobs
+    initializer, chosen = target_initializer(row, knobs, method)
+    if model_kind(model) != "plm-nmt":
+        raise InputError(f"params.yaml: transfer.{row}.target_vocabulary: the upstream model '{knobs.upstream}' is "
+                         f"an {model_kind(model)} model; only a PLM-sponsored one (abnets.NAME.decoder: coordinator) "
+                         f"takes a new decoder vocabulary")
+    emb_dim = model.target_bert.config.hidden_size
+    aux_file = res.cbow.get("tgt") if "cbow" in chosen.needs else None
+    aux = load_vectors(aux_file, emb_dim) if aux_file else None
+    text = [line for f in res.text.get("tgt", []) for line in read_text_lines(f)] if "text" in chosen.needs else None
+    side, new_tokenizer = target_side(model, tokenizer, res.downstream_spm["tgt"], aux, text, str(aux_file))
+    plan = initializer(side, knobs, np.random.default_rng(res.seed))
+    check_loo = chosen.build.keywords.get("check_loo", True)
+    diagnostics = {
+        "adapted": True, "initializer": knobs.target_vocabulary, "rows": plan.shares(), **plan.stats,
+        "leave_one_out": leave_one_out(side, initializer, knobs, res.diagnostics.held_out, res.diagnostics.seed)
+        if check_loo else None,
+        "neighbours": neighbours(side, plan, plan.apply(side.emb), res.diagnostics.probes),
+    }
+    swap_target_vocabulary(model, plan, new_tokenizer)
+    return new_tokenizer, diagnostics
+
+
 def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
     """The row's knobs: params.yaml's `transfer.<name>` over its method's defaults over DEFAULT_KNOBS."""
     for key, row in given.items():
@@ -317,6 +359,8 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
                           f"its generators against the base model only; this method runs on `base`")
     if knobs.extend and "shared" not in overrides:
         knobs = dataclasses.replace(knobs, shared="copy")  # extension keeps the pretrained rows
+    if knobs.target_vocabulary is not None:
+        target_initializer(name, knobs, get_method(name, given))
     if knobs.k < 1:
         raise ConfigError(f"params.yaml: transfer.{name}.k: must be at least 1, got {knobs.k}")
     if knobs.train_pairs is not None and knobs.train_pairs < 0:

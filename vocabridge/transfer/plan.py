@@ -23,7 +23,7 @@ from scipy import sparse
 from vocabridge.errors import InputError
 from vocabridge.nmt.vocab import EOS, PAD, UNK
 
-SPECIALS = frozenset({EOS, UNK, PAD})
+SPECIALS = frozenset({EOS, UNK, PAD, "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})  # Marian's, BERT's
 BOUNDARY = "\u2581"  # SentencePiece's word-boundary marker
 KINDS = ("special", "copied", "projected", "random", "unused")
 
