@@ -81,6 +81,7 @@ def main(argv: list[str]) -> None:
             "mean_output_tokens": metrics["mean_output_tokens"],
             "sentences_per_second": metrics["sentences_per_second"], "latency_ms": metrics.get("latency_ms"),
             "updates": tuning.get("updates"), "best_update": tuning.get("best_update"),
+            "trained_parameters": tuning.get("trainable_parameters"),
             "zero_shot_dev_bleu": zero["dev_bleu"], "zero_shot_dev_ppl": zero["dev_perplexity"],
             "loo_cos_src": zero.get("leave_one_out_cosine_encoder"),
             "loo_cos_tgt": zero.get("leave_one_out_cosine_decoder"),

@@ -1,7 +1,8 @@
 """The results table across methods (pandas), the BLEU bar plot and the learning curves, with the papers'
-published rows, and the papers' own tables (Sato et al.'s Table 3, Liu et al.'s Table 2) with our rows beside
-them and a verdict on each ordering they report (their names mapped to ours in PaperTable: Single-Run =
-in-domain, Pretrain-Finetune = ft-srcv, Random Init = ft-tgtv-random-dec; ATT-EG + KD is not a row of ours)."""
+published rows, and the papers' own tables (Sato et al.'s Table 3, Liu et al.'s Table 2, Duan & Zhao's Table 3)
+with our rows beside them and a verdict on each ordering they report (their names mapped to ours in PaperTable:
+Single-Run = in-domain, Pretrain-Finetune = ft-srcv, Random Init = ft-tgtv-random-dec; ATT-EG + KD is not a row
+of ours)."""
 
 from __future__ import annotations
 
@@ -44,16 +45,26 @@ LIU_TABLE_2 = PaperTable(
     (("ft-tgtv-random-dec", "ft-srcv"), ("ft-tgtv-random-dec", "word2vec"), ("ft-tgtv-random-dec", "embedding-recon"),
      ("avg-eg", "ft-tgtv-random-dec"), ("att-eg", "avg-eg"), ("patt-eg", "att-eg"), ("patt-eg-kd", "patt-eg"),
      ("patt-eg-kd", "ft-tgtv-random-dec"), ("joint-vocab", "ft-tgtv"), ("in-domain", "ft-srcv")))
-PAPER_TABLES = (SATO_TABLE_3, LIU_TABLE_2)
+# Duan & Zhao's training objectives (Eq. 9): each ablation is an abnets entry with its own `sponsored` keys and a row
+# of the same name (profiles/plm-sponsored.yaml); De-En, the pipeline's default direction
+DUAN_TABLE_3 = PaperTable(
+    "duan2023_table3", "published: Duan & Zhao 2023, Table 3, IWSLT14 De-En, PLM-sponsored model's losses",
+    (("Our Model", "plm-nmt", 37.5), ("-L_MLM", "plm-nmt-no-mlm", 36.8), ("-L_T", "plm-nmt-no-lt", 36.7),
+     ("-L_kd", "plm-nmt-no-kd", 36.9), ("-L_MLM & L_kd", "plm-nmt-no-mlm-kd", 36.6),
+     ("-L_MLM & L_T & L_kd", "plm-nmt-nmt-only", 36.2), ("+L_fkd -L_kd", "plm-nmt-full-kd", 36.8)),
+    (("plm-nmt", "plm-nmt-no-mlm"), ("plm-nmt", "plm-nmt-no-lt"), ("plm-nmt", "plm-nmt-no-kd"),
+     ("plm-nmt-no-kd", "plm-nmt-no-mlm"), ("plm-nmt-no-mlm-kd", "plm-nmt-nmt-only"),
+     ("plm-nmt", "plm-nmt-full-kd")))
+PAPER_TABLES = (SATO_TABLE_3, LIU_TABLE_2, DUAN_TABLE_3)
 
 # The published rows beside ours in the main table, named as ours.
 PUBLISHED = pd.DataFrame([(ours, bleu, paper.source) for paper in PAPER_TABLES for _, ours, bleu in paper.rows],
                          columns=["method", "bleu", "source"])
 
 COLUMNS = ["method", "bleu", "bleu_ci", "chrf", "ter", "upstream_bleu", "delta_bleu", "p_value", "src_vocab",
-           "tgt_vocab", "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "latency_ms", "updates",
-           "best_update", "dev_bleu_auc", "updates_to_threshold", "zero_shot_dev_bleu", "zero_shot_dev_ppl",
-           "loo_cos_src", "loo_cos_tgt", "source"]
+           "tgt_vocab", "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "latency_ms",
+           "trained_parameters", "updates", "best_update", "dev_bleu_auc", "updates_to_threshold",
+           "zero_shot_dev_bleu", "zero_shot_dev_ppl", "loo_cos_src", "loo_cos_tgt", "source"]
 
 
 def build_table(rows: list[dict], baseline: str) -> pd.DataFrame:

@@ -348,6 +348,8 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
         "padding_share": round(padding_share(data, make_batches(data, cfg.batch_tokens, cfg.seed, 0)), 4),
         "bf16": trainer.bf16, **trainer.precision.as_metrics(), "device": str(trainer.device),
         "threads": torch.get_num_threads(),
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "parameters": sum(p.numel() for p in model.parameters()),
     }
     if mix_with is not None:
         summary["pairs_by_domain"] = {"upstream": len(encoded[0]), "downstream": len(encoded[1])}
