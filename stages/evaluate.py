@@ -58,7 +58,7 @@ def main(argv: list[str]) -> None:
     decoder = cfg.decoder
     if abnet:
         precision = Precision(False, "AB-Net decodes in fp32")
-        decoder = {"abnet-enc": "transformers (AB-Net-Enc)", "plm-nmt": "greedy (PLM-sponsored)"}.get(
+        decoder = {"abnet-enc": "transformers (AB-Net-Enc)", "plm-nmt": "beam search (PLM-sponsored)"}.get(
             model_kind(model), "mask-predict")
     if cfg.latency_sentences:
         _, single = decode(sources[: cfg.latency_sentences], one_at_a_time=True)

@@ -654,7 +654,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     enc = json.loads((tiny_copy / "data/eval/abnet-enc/metrics.json").read_text())
     assert enc["decoder"] == "transformers (AB-Net-Enc)" and enc["beam"] == params["evaluate"]["beam"]
     sponsored = json.loads((tiny_copy / "data/eval/plm-nmt/metrics.json").read_text())
-    assert sponsored["decoder"] == "greedy (PLM-sponsored)"
+    assert sponsored["decoder"] == "beam search (PLM-sponsored)" and sponsored["beam"] == params["evaluate"]["beam"]
     assert (tiny_copy / "data/models/finetuned/plm-nmt/teacher/model.safetensors").is_file()
     # an ablation of the paper's Table 3: its own `sponsored` keys, here without upstream training
     for row, mlm in (("plm-nmt", 0.15), ("plm-nmt-no-mlm", 0.0)):

@@ -196,6 +196,8 @@ def test_the_sponsored_model_learns_to_copy_and_decodes_it_greedily(tokenizer, t
     assert state.dev_log[-1]["dev_loss"] < 0.5 * state.dev_log[0]["dev_loss"]
     hyps, _ = translate_abnet(model, tokenizer, tokenizer, TEXT[:4], MaskPredict())
     assert sum(h == s for h, s in zip(hyps, TEXT[:4], strict=True)) >= 3, hyps
+    beamed, _ = translate_abnet(model, tokenizer, tokenizer, TEXT[:4], MaskPredict(), beam=4)
+    assert sum(h == s for h, s in zip(beamed, TEXT[:4], strict=True)) >= 3, beamed
 
 
 def test_sponsored_training_resumes_exactly_after_a_crash(tokenizer, tmp_path):
@@ -260,3 +262,34 @@ def test_the_trainer_draws_eq_9_terms_per_update_and_only_those_switched_on(toke
     full.state.step += 1
     assert not torch.equal(full._collate(np.arange(4))["mlm_labels"], a["mlm_labels"])
     assert not {"mlm_source", "mlm_labels", "lm_labels"} & set(trainer(mlm=0.0, target_lm=0.0)._collate(np.arange(4)))
+
+
+def test_beam_search_with_a_beam_as_wide_as_the_vocabulary_finds_the_best_hypothesis(tokenizer):
+    """On a random model (deterministic): beam 1 is greedy search; with max_len 1 and a beam as wide as the
+    vocabulary the search is exhaustive, so it must return the best of every hypothesis ([] and each single piece)
+    under transformers' length-normalised score; nothing passes `max_len`."""
+    from vocabridge.plm.sponsored import beam_search, greedy_search
+
+    torch.manual_seed(0)
+    model = sponsored(tokenizer, kd=False).eval()
+    batch = pairs(tokenizer, TEXT[:3], TEXT[:3])
+    special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id,
+               "mask": tokenizer.mask_token_id}
+    source, keep = batch["source"], batch["source_keep"]
+    greedy = greedy_search(model, source, keep, special, 6)
+    assert beam_search(model, source, keep, special, 1, max_len=6) == greedy
+    assert all(len(p) <= 6 for p in greedy + beam_search(model, source, keep, special, 3, max_len=6))
+
+    def score(i: int, pieces: list[int], max_len: int = 1) -> float:
+        """A hypothesis cut at max_len ends there: [SEP] is forced and costs nothing (as in transformers)."""
+        ids = torch.tensor([[special["cls"], *pieces, special["sep"]]])
+        logits, _, _ = model(source[i : i + 1], keep[i : i + 1], ids[:, :-1], torch.ones_like(ids[:, :-1]))
+        logits[..., [special["cls"], special["pad"], special["mask"]]] = -torch.inf
+        logp = logits.log_softmax(-1)[0].gather(1, ids[0, 1:, None])[:, 0]
+        return (logp[:max_len].sum() if len(pieces) == max_len else logp.sum()).item() / (len(pieces) + 1)
+
+    ordinary = [t for t in range(len(tokenizer)) if t not in special.values()]
+    found = beam_search(model, source, keep, special, len(tokenizer), max_len=1)
+    for i in range(len(source)):
+        best = max([[], *([t] for t in ordinary)], key=lambda pieces: score(i, pieces))
+        assert found[i] == best and score(i, found[i]) == pytest.approx(score(i, best))

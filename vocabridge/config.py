@@ -384,7 +384,7 @@ class AbnetModel:
     #     AB-Net-Enc (the adapted source BERT and a Transformer decoder from scratch with the target BERT's sizes
     #     and vocabulary, beam search with evaluate.beam); coordinator: Duan & Zhao's PLM-sponsored model (both
     #     BERTs fine-tuned, the target one causal, a coordinator for cross-attention, half-layer distillation;
-    #     abnet.sponsored), greedy search
+    #     abnet.sponsored), beam search with evaluate.beam
     sponsored: dict[str, Any] = field(default_factory=dict)  # decoder: coordinator: keys of abnet.sponsored that
     #     this model sets otherwise (the paper's Table 3 ablations: `{mlm: 0}`, `{distill: false}`, ...)
 

@@ -207,8 +207,9 @@ def abnet_kind(spec: AbnetModel | None) -> str:
 def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
                spec: AbnetModel) -> tuple[float, float, float]:
     """Seconds per AB-Net training update (abnet.train's batch; BERTs frozen when `spec.plms`) and per sentence of
-    its dev decoding (Mask-Predict, abnet.decoding; AB-Net-Enc: greedy) and test decoding (AB-Net-Enc: beam
-    search, evaluate.beam), on random BERTs of plm.arch's size, at `threads`."""
+    its dev decoding (Mask-Predict, abnet.decoding; AB-Net-Enc and PLM-sponsored: greedy) and test decoding
+    (AB-Net-Enc and PLM-sponsored: beam search, evaluate.beam), on random BERTs of plm.arch's size, at
+    `threads`."""
     from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel
 
     from vocabridge.plm.abnet import (
@@ -221,7 +222,8 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
         mask_targets,
         seq2seq_loss,
     )
-    from vocabridge.plm.sponsored import PlmSponsored, auxiliary_labels, greedy_search, sponsored_loss
+    from vocabridge.plm.sponsored import PlmSponsored, auxiliary_labels, sponsored_loss
+    from vocabridge.plm.sponsored import beam_search as sponsored_beam_search
 
     pretrained = spec.plms
 
@@ -282,21 +284,14 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     decoding = params.abnet.decoding
     sentences = source[: decoding.batch_sentences]
     special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
-    if sponsored:  # greedy search at dev and test time; random weights run to the length limit
-        greedy_search(model, sentences[:2], keep[:2], special, 4)  # warm-up
-        _sync(device)
-        started = time.perf_counter()
-        greedy_search(model, sentences, keep[: len(sentences)], special, length - 2)
-        _sync(device)
-        per_sentence = (time.perf_counter() - started) / len(sentences)
-        return per_update, per_sentence, per_sentence
-    if enc:  # random weights never emit [SEP]: every sentence runs to the length limit, as long as its source
+    if enc or sponsored:  # random weights never emit [SEP]: every sentence runs to the length limit
+        search = sponsored_beam_search if sponsored else beam_search
         searched = []
-        for beam in (1, params.evaluate.beam):
-            beam_search(model, sentences[:2], keep[:2], special, beam, max_len=4)  # warm-up
+        for beam in (1, params.evaluate.beam):  # greedy dev BLEU, beam search at test time
+            search(model, sentences[:2], keep[:2], special, beam, max_len=4)  # warm-up
             _sync(device)
             started = time.perf_counter()
-            beam_search(model, sentences, keep[: len(sentences)], special, beam, max_len=length - 2)
+            search(model, sentences, keep[: len(sentences)], special, beam, max_len=length - 2)
             _sync(device)
             searched.append((time.perf_counter() - started) / len(sentences))
         return per_update, searched[0], searched[1]

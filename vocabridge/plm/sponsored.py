@@ -210,16 +210,18 @@ def sponsored_loss(model: PlmSponsored, batch: dict[str, torch.Tensor], label_sm
 @torch.inference_mode()
 def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
                   max_len: int) -> list[list[int]]:
-    """Left-to-right greedy decoding from [CLS] until [SEP] (or `max_len` pieces); pieces without [CLS]/[SEP]. The
+    """Left-to-right greedy decoding from [CLS] until [SEP] (at most `max_len` pieces); pieces without [CLS]/[SEP]. The
     decoder BERT and the coordinator run over the whole prefix at every step (no cache)."""
     r_s, _ = model.encode(source, source_keep)
     out = torch.full((len(source), 1), special["cls"], dtype=torch.long)
     done = torch.zeros(len(source), dtype=torch.bool)
     banned = [special["cls"], special["pad"], special.get("mask", special["pad"])]
-    for _ in range(max_len + 1):
+    for step in range(max_len + 1):
         keep = torch.ones_like(out)
         logits = model.coordinate(r_s, source_keep, model.target_states(out, keep), keep)[:, -1].float()
         logits[:, banned] = -torch.inf
+        if step == max_len:  # the last position: only [SEP] may follow
+            logits[:, [i for i in range(logits.shape[1]) if i != special["sep"]]] = -torch.inf
         step = logits.argmax(-1).masked_fill(done, special["pad"])
         out = torch.cat([out, step[:, None]], dim=1)
         done |= step == special["sep"]
@@ -230,3 +232,60 @@ def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.
         end = row.index(special["sep"]) if special["sep"] in row else len(row)
         pieces.append([p for p in row[:end] if p != special["pad"]])
     return pieces
+
+
+@torch.inference_mode()
+def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
+                beam: int, length_penalty: float = 1.0, max_len: int = 126) -> list[list[int]]:
+    """Beam search from [CLS] (beam 1: greedy_search), as transformers runs it by default: a hypothesis ends with
+    [SEP] and scores its summed log-probability over (pieces + 1) ** length_penalty; a sentence keeps its `beam`
+    best finished hypotheses and stops once its best live one, scored at the current length, cannot beat the
+    worst of them, or at `max_len` pieces (never more than the decoder has positions for)."""
+    max_len = min(max_len, model.target_bert.config.max_position_embeddings - 2)
+    if beam == 1:
+        return greedy_search(model, source, source_keep, special, max_len)
+    sentences = len(source)
+    r_s, _ = model.encode(source, source_keep)
+    r_s, source_keep = r_s.repeat_interleave(beam, 0), source_keep.repeat_interleave(beam, 0)
+    seqs = torch.full((sentences * beam, 1), special["cls"], dtype=torch.long)
+    scores = torch.full((sentences, beam), -torch.inf)
+    scores[:, 0] = 0.0  # one live hypothesis to start from
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(sentences)]
+    done = [False] * sentences
+    banned = [special["cls"], special["pad"], special.get("mask", special["pad"])]
+    for step in range(max_len + 1):
+        keep = torch.ones_like(seqs)
+        logits = model.coordinate(r_s, source_keep, model.target_states(seqs, keep), keep)[:, -1].float()
+        logits[:, banned] = -torch.inf
+        if step == max_len:  # the last position: only [SEP] may follow
+            logits[:, [i for i in range(logits.shape[1]) if i != special["sep"]]] = -torch.inf
+        vocab = logits.shape[1]
+        candidates = (scores.reshape(-1, 1) + logits.log_softmax(-1)).reshape(sentences, beam * vocab)
+        top, index = candidates.topk(2 * beam, dim=1)
+        rows, tokens, kept = [], [], torch.full((sentences, beam), -torch.inf)
+        for b in range(sentences):
+            alive = 0
+            for rank, (score, i) in enumerate(zip(top[b].tolist(), index[b].tolist(), strict=True)):
+                if done[b] or score == -torch.inf or alive == beam:
+                    break
+                parent, token = divmod(i, vocab)
+                if token != special["sep"]:
+                    rows.append(b * beam + parent)
+                    tokens.append(token)
+                    kept[b, alive] = score
+                    alive += 1
+                elif rank < beam:  # as transformers: an end among the top `beam` candidates only
+                    pieces = seqs[b * beam + parent, 1:].tolist()
+                    finished[b] = sorted([*finished[b], (score / (len(pieces) + 1) ** length_penalty, pieces)],
+                                         key=lambda hyp: -hyp[0])[:beam]
+            best_alive = kept[b, 0].item() / (step + 1) ** length_penalty
+            done[b] = done[b] or (len(finished[b]) == beam and best_alive <= finished[b][-1][0])
+            while alive < beam:  # dead slots keep a placeholder that never wins
+                rows.append(b * beam)
+                tokens.append(special["pad"])
+                alive += 1
+        if all(done):
+            break
+        seqs = torch.cat([seqs[rows], torch.tensor(tokens)[:, None]], dim=1)
+        scores = kept
+    return [f[0][1] if f else [] for f in finished]

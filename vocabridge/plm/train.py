@@ -22,7 +22,13 @@ from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.train import State, Trainer, TrainingError
 from vocabridge.plm.abnet import ABNet, ABNetEnc, beam_search, cmlm_loss, mask_predict, mask_targets, seq2seq_loss
-from vocabridge.plm.sponsored import PlmSponsored, auxiliary_labels, greedy_search, sponsored_loss, translation_loss
+from vocabridge.plm.sponsored import (
+    PlmSponsored,
+    auxiliary_labels,
+    sponsored_loss,
+    translation_loss,
+)
+from vocabridge.plm.sponsored import beam_search as sponsored_beam_search
 
 
 def special_ids(tokenizer) -> dict[str, int]:
@@ -49,11 +55,11 @@ def pad_sources(rows: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.inference_mode()
-def translate_abnet(model: ABNet | ABNetEnc, source_tokenizer, target_tokenizer, sentences: list[str],
+def translate_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, target_tokenizer, sentences: list[str],
                     decoding: MaskPredict, beam: int = 1, length_penalty: float = 1.0) -> tuple[list[str], dict]:
     """Translations of `sentences` (batches of similar length, output in input order): Mask-Predict for AB-Net,
-    beam search (`beam`, `length_penalty`) for AB-Net-Enc; and the speed figures the evaluate stage reports for
-    every row."""
+    beam search (`beam`, `length_penalty`) for AB-Net-Enc and the PLM-sponsored model; and the speed figures the
+    evaluate stage reports for every row."""
     was_training = model.training
     model.eval()
     ids = source_tokenizer(sentences, add_special_tokens=True, truncation=True,
@@ -66,14 +72,11 @@ def translate_abnet(model: ABNet | ABNetEnc, source_tokenizer, target_tokenizer,
     for start in range(0, len(order), decoding.batch_sentences):
         chunk = order[start : start + decoding.batch_sentences]
         source, keep = pad_sources([ids[i] for i in chunk], source_tokenizer.pad_token_id)
-        if isinstance(model, ABNetEnc):
-            pieces = beam_search(model, source, keep, special_ids(target_tokenizer), beam, length_penalty,
-                                 model.size.max_target_len)
+        if isinstance(model, (ABNetEnc, PlmSponsored)):
+            search = beam_search if isinstance(model, ABNetEnc) else sponsored_beam_search
+            pieces = search(model, source, keep, special_ids(target_tokenizer), beam, length_penalty,
+                            model.size.max_target_len)
             ran = [len(p) + 1 for p in pieces]  # one decoder step a piece and one for [SEP]
-        elif isinstance(model, PlmSponsored):
-            pieces = greedy_search(model, source, keep, special_ids(target_tokenizer),
-                                   model.target_bert.config.max_position_embeddings - 2)
-            ran = [len(p) + 1 for p in pieces]
         else:
             pieces, ran = mask_predict(model, source, keep, special_ids(target_tokenizer),
                                        decoding.length_candidates, decoding.iterations)
