@@ -85,7 +85,7 @@ def abnet_row(name: str, params, knobs, row: dict, method) -> None:
 
     from vocabridge.plm.abnet import load_abnet, save_abnet
     from vocabridge.plm.train import translate_abnet
-    from vocabridge.transfer import adapt_plm_decoder
+    from vocabridge.plm.vocabulary import adapt_plm_decoder
 
     lang, corpus = params.lang, paths.CORPORA / "downstream"
     source = paths.upstream(knobs.upstream)

@@ -50,7 +50,8 @@ def test_the_spm_model_as_a_bert_tokenizer_segments_and_decodes_as_sentencepiece
 
 def test_fwet_gives_the_decoder_the_new_vocabulary_and_shared_pieces_keep_their_rows(tokenizer, downstream_spm):
     from vocabridge.plm.abnet import load_abnet, save_abnet
-    from vocabridge.transfer import METHODS, Resources, adapt_plm_decoder, knobs_for
+    from vocabridge.plm.vocabulary import adapt_plm_decoder
+    from vocabridge.transfer import METHODS, Resources, knobs_for
 
     text_file = downstream_spm.parent / "train.de"
     text_file.write_text("\n".join(NEW_TEXT) + "\n", encoding="utf-8")
@@ -85,7 +86,8 @@ def test_fwet_gives_the_decoder_the_new_vocabulary_and_shared_pieces_keep_their_
 
 def test_random_rows_and_wrong_rows_are_refused_clearly(tokenizer, downstream_spm):
     from vocabridge.errors import ConfigError
-    from vocabridge.transfer import METHODS, Resources, adapt_plm_decoder, knobs_for
+    from vocabridge.plm.vocabulary import adapt_plm_decoder
+    from vocabridge.transfer import METHODS, Resources, knobs_for
 
     rows = {"plm-nmt-random": TransferMethod(method="plm-nmt", target_vocabulary="ft-tgtv-random", seed=3)}
     knobs = knobs_for("plm-nmt-random", rows)

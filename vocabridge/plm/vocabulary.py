@@ -15,9 +15,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vocabridge.cbow import load_vectors
+from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import InputError
+from vocabridge.plm.abnet import model_kind
 from vocabridge.plm.bert import bert_tokenizer_from_spm
 from vocabridge.tokenizers import TokenizerPieces, load_spm, spelled_tokens
+from vocabridge.transfer import Method, Resources, target_initializer
+from vocabridge.transfer.diagnostics import leave_one_out, neighbours
 from vocabridge.transfer.plan import Plan, Side
 
 
@@ -50,3 +55,29 @@ def swap_target_vocabulary(model, plan: Plan, new_tokenizer) -> None:
         bert.cls.predictions.bias.copy_(torch.from_numpy(new_bias))
     bert.config.pad_token_id = new_tokenizer.pad_token_id
     bert.get_input_embeddings().padding_idx = new_tokenizer.pad_token_id
+
+
+def adapt_plm_decoder(model, tokenizer, res: Resources, row: str, method: Method) -> tuple[object, dict]:
+    """Give a PLM-sponsored model's decoder the downstream target vocabulary, its rows made by the initialiser
+    of `transfer.ROW.target_vocabulary`; the new tokenizer and the diagnostics."""
+    knobs = res.knobs
+    initializer, chosen = target_initializer(row, knobs, method)
+    if model_kind(model) != "plm-nmt":
+        raise InputError(f"params.yaml: transfer.{row}.target_vocabulary: the upstream model '{knobs.upstream}' is "
+                         f"an {model_kind(model)} model; only a PLM-sponsored one (abnets.NAME.decoder: coordinator) "
+                         f"takes a new decoder vocabulary")
+    emb_dim = model.target_bert.config.hidden_size
+    aux_file = res.cbow.get("tgt") if "cbow" in chosen.needs else None
+    aux = load_vectors(aux_file, emb_dim) if aux_file else None
+    text = [line for f in res.text.get("tgt", []) for line in read_text_lines(f)] if "text" in chosen.needs else None
+    side, new_tokenizer = target_side(model, tokenizer, res.downstream_spm["tgt"], aux, text, str(aux_file))
+    plan = initializer(side, knobs, np.random.default_rng(res.seed))
+    check_loo = chosen.build.keywords.get("check_loo", True)
+    diagnostics = {
+        "adapted": True, "initializer": knobs.target_vocabulary, "rows": plan.shares(), **plan.stats,
+        "leave_one_out": leave_one_out(side, initializer, knobs, res.diagnostics.held_out, res.diagnostics.seed)
+        if check_loo else None,
+        "neighbours": neighbours(side, plan, plan.apply(side.emb), res.diagnostics.probes),
+    }
+    swap_target_vocabulary(model, plan, new_tokenizer)
+    return new_tokenizer, diagnostics

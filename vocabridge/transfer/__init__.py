@@ -307,35 +307,6 @@ def target_initializer(name: str, knobs: TransferMethod, method: Method) -> tupl
     return chosen.build.keywords["initializer"], chosen
 
 
-def adapt_plm_decoder(model, tokenizer, res: Resources, row: str, method: Method) -> tuple[object, dict]:
-    """Give a PLM-sponsored model's decoder the downstream target vocabulary, its rows made by the initialiser
-    of `transfer.ROW.target_vocabulary` (vocabridge.plm.vocabulary); the new tokenizer and the diagnostics."""
-    from vocabridge.plm.abnet import model_kind
-    from vocabridge.plm.vocabulary import swap_target_vocabulary, target_side
-
-    knobs = res.knobs
-    initializer, chosen = target_initializer(row, knobs, method)
-    if model_kind(model) != "plm-nmt":
-        raise InputError(f"params.yaml: transfer.{row}.target_vocabulary: the upstream model '{knobs.upstream}' is "
-                         f"an {model_kind(model)} model; only a PLM-sponsored one (abnets.NAME.decoder: coordinator) "
-                         f"takes a new decoder vocabulary")
-    emb_dim = model.target_bert.config.hidden_size
-    aux_file = res.cbow.get("tgt") if "cbow" in chosen.needs else None
-    aux = load_vectors(aux_file, emb_dim) if aux_file else None
-    text = [line for f in res.text.get("tgt", []) for line in read_text_lines(f)] if "text" in chosen.needs else None
-    side, new_tokenizer = target_side(model, tokenizer, res.downstream_spm["tgt"], aux, text, str(aux_file))
-    plan = initializer(side, knobs, np.random.default_rng(res.seed))
-    check_loo = chosen.build.keywords.get("check_loo", True)
-    diagnostics = {
-        "adapted": True, "initializer": knobs.target_vocabulary, "rows": plan.shares(), **plan.stats,
-        "leave_one_out": leave_one_out(side, initializer, knobs, res.diagnostics.held_out, res.diagnostics.seed)
-        if check_loo else None,
-        "neighbours": neighbours(side, plan, plan.apply(side.emb), res.diagnostics.probes),
-    }
-    swap_target_vocabulary(model, plan, new_tokenizer)
-    return new_tokenizer, diagnostics
-
-
 def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
     """The row's knobs: params.yaml's `transfer.<name>` over its method's defaults over DEFAULT_KNOBS."""
     for key, row in given.items():
