@@ -207,24 +207,31 @@ def sponsored_loss(model: PlmSponsored, batch: dict[str, torch.Tensor], label_sm
     return loss, {k: v.item() for k, v in parts.items()}
 
 
+def next_logits(model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor, prefix: torch.Tensor,
+                special: dict[str, int], last: bool) -> torch.Tensor:
+    """The next piece's logits after each prefix ([CLS] y...; no cache: the decoder BERT and the coordinator run
+    over the whole prefix), [CLS], [PAD] and [MASK] never chosen; at the `last` position only [SEP] may follow."""
+    keep = torch.ones_like(prefix)
+    logits = model.coordinate(r_s, source_keep, model.target_states(prefix, keep), keep)[:, -1].float()
+    logits[:, [special["cls"], special["pad"], special.get("mask", special["pad"])]] = -torch.inf
+    if last:
+        logits[:, [i for i in range(logits.shape[1]) if i != special["sep"]]] = -torch.inf
+    return logits
+
+
 @torch.inference_mode()
 def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
                   max_len: int) -> list[list[int]]:
-    """Left-to-right greedy decoding from [CLS] until [SEP] (at most `max_len` pieces); pieces without [CLS]/[SEP]. The
-    decoder BERT and the coordinator run over the whole prefix at every step (no cache)."""
+    """Left-to-right greedy decoding from [CLS] until [SEP] (at most `max_len` pieces); pieces without
+    [CLS]/[SEP]."""
     r_s, _ = model.encode(source, source_keep)
     out = torch.full((len(source), 1), special["cls"], dtype=torch.long)
     done = torch.zeros(len(source), dtype=torch.bool)
-    banned = [special["cls"], special["pad"], special.get("mask", special["pad"])]
     for step in range(max_len + 1):
-        keep = torch.ones_like(out)
-        logits = model.coordinate(r_s, source_keep, model.target_states(out, keep), keep)[:, -1].float()
-        logits[:, banned] = -torch.inf
-        if step == max_len:  # the last position: only [SEP] may follow
-            logits[:, [i for i in range(logits.shape[1]) if i != special["sep"]]] = -torch.inf
-        step = logits.argmax(-1).masked_fill(done, special["pad"])
-        out = torch.cat([out, step[:, None]], dim=1)
-        done |= step == special["sep"]
+        chosen = next_logits(model, r_s, source_keep, out, special, step == max_len).argmax(-1)
+        chosen = chosen.masked_fill(done, special["pad"])
+        out = torch.cat([out, chosen[:, None]], dim=1)
+        done |= chosen == special["sep"]
         if done.all():
             break
     pieces = []
@@ -252,13 +259,8 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
     scores[:, 0] = 0.0  # one live hypothesis to start from
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(sentences)]
     done = [False] * sentences
-    banned = [special["cls"], special["pad"], special.get("mask", special["pad"])]
     for step in range(max_len + 1):
-        keep = torch.ones_like(seqs)
-        logits = model.coordinate(r_s, source_keep, model.target_states(seqs, keep), keep)[:, -1].float()
-        logits[:, banned] = -torch.inf
-        if step == max_len:  # the last position: only [SEP] may follow
-            logits[:, [i for i in range(logits.shape[1]) if i != special["sep"]]] = -torch.inf
+        logits = next_logits(model, r_s, source_keep, seqs, special, step == max_len)
         vocab = logits.shape[1]
         candidates = (scores.reshape(-1, 1) + logits.log_softmax(-1)).reshape(sentences, beam * vocab)
         top, index = candidates.topk(2 * beam, dim=1)
