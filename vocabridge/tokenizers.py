@@ -56,18 +56,24 @@ def vocab_lines(sp: spm.SentencePieceProcessor) -> Iterable[str]:
 @dataclass
 class PieceVocabulary:
     """What the mismatch figures need of a vocabulary that is not a SentencePiece model (a PLM's tokenizer): its
-    ordinary pieces spelled as SentencePiece spells them, a segmenter in that spelling, and its unknown-piece
-    count."""
+    ordinary pieces spelled as SentencePiece spells them, its ids of a text, each id's spelling and the unknown
+    piece's id. The figures tokenise the text once and read segmentation and unknown count off the same ids."""
 
     pieces: set[str]
     size: int
-    segment: Callable[[list[str]], list[list[str]]]
-    unknown: Callable[[list[str]], int]
+    encode: Callable[[list[str]], list[list[int]]]
+    spelling: Callable[[int], str]
+    unk_id: int | None
+
+    def segment(self, lines: list[str]) -> list[list[str]]:
+        return [[self.spelling(i) for i in row] for row in self.encode(lines)]
+
+    def unknown(self, lines: list[str]) -> int:
+        return sum(row.count(self.unk_id) for row in self.encode(lines))
 
 
 def spm_vocabulary(sp: spm.SentencePieceProcessor) -> PieceVocabulary:
-    return PieceVocabulary(pieces(sp), sp.get_piece_size(), lambda lines: sp.encode(lines, out_type=str),
-                           lambda lines: sum(ids.count(sp.unk_id()) for ids in sp.encode(lines)))
+    return PieceVocabulary(pieces(sp), sp.get_piece_size(), sp.encode, sp.id_to_piece, sp.unk_id())
 
 
 def spelled_tokens(tokenizer) -> list[str]:
@@ -102,12 +108,9 @@ def plm_vocabulary(tokenizer) -> PieceVocabulary:
     pieces."""
     pieces_of = TokenizerPieces(tokenizer)
     special = set(tokenizer.all_special_tokens)
-
-    def unknown(lines: list[str]) -> int:
-        return sum(row.count(tokenizer.unk_token_id) for row in pieces_of.encode(lines, out_type=int))
-
-    return PieceVocabulary({t for t in pieces_of.tokens if t not in special}, len(tokenizer), pieces_of.encode,
-                           unknown)
+    return PieceVocabulary({t for t in pieces_of.tokens if t not in special}, len(tokenizer),
+                           lambda lines: pieces_of.encode(lines, out_type=int), pieces_of.tokens.__getitem__,
+                           tokenizer.unk_token_id)
 
 
 def mismatch(old: spm.SentencePieceProcessor | PieceVocabulary, new: spm.SentencePieceProcessor,
@@ -123,7 +126,8 @@ def mismatch(old: spm.SentencePieceProcessor | PieceVocabulary, new: spm.Sentenc
     old_set, new_set = old.pieces, pieces(new)
     words = sum(len(line.split()) for line in test)
     seg_new = new.encode(test, out_type=str)
-    seg_old = old.segment(test)
+    old_ids = old.encode(test)
+    old_tokens = sum(map(len, old_ids))
     new_tokens = [tok for line in seg_new for tok in line]
     return {
         "vocab_size": {"old": old.size, "new": new.get_piece_size()},
@@ -131,9 +135,9 @@ def mismatch(old: spm.SentencePieceProcessor | PieceVocabulary, new: spm.Sentenc
         "unseen_types": len(new_set - old_set),
         "unseen_type_share": round(len(new_set - old_set) / max(len(new_set), 1), 4),
         "unseen_token_rate": round(sum(tok not in old_set for tok in new_tokens) / max(len(new_tokens), 1), 4),
-        "fertility": {"old": round(sum(map(len, seg_old)) / max(words, 1), 4),
+        "fertility": {"old": round(old_tokens / max(words, 1), 4),
                       "new": round(len(new_tokens) / max(words, 1), 4)},
-        "old_unk_rate": round(old.unknown(test) / max(sum(map(len, seg_old)), 1), 4),
+        "old_unk_rate": round(sum(row.count(old.unk_id) for row in old_ids) / max(old_tokens, 1), 4),
         "test_words": words,
     }
 
