@@ -293,3 +293,27 @@ def test_beam_search_with_a_beam_as_wide_as_the_vocabulary_finds_the_best_hypoth
     for i in range(len(source)):
         best = max([[], *([t] for t in ordinary)], key=lambda pieces: score(i, pieces))
         assert found[i] == best and score(i, found[i]) == pytest.approx(score(i, best))
+
+
+def test_decoding_one_piece_a_step_gives_the_logits_of_the_whole_prefix(tokenizer):
+    """Prefixes (the target BERT's key/value cache and the coordinator's inputs so far) give, step by step, the
+    logits the model computes over the whole prefix at once; selecting rows (beam search) keeps each row's own."""
+    from vocabridge.plm.sponsored import Prefixes
+
+    torch.manual_seed(0)
+    model = sponsored(tokenizer, kd=False).eval()
+    src = tokenizer(TEXT[:2], padding=True, return_tensors="pt")  # padded sources: the padding stays masked
+    target = tokenizer(TEXT[2:3] * 2, return_tensors="pt")["input_ids"]
+    target[1, 3:] = target[1, 3:].flip(0)  # two different prefixes
+    with torch.inference_mode():
+        whole, _, _ = model(src["input_ids"], src["attention_mask"], target, torch.ones_like(target))
+        prefixes = Prefixes(model, model.encode(src["input_ids"], src["attention_mask"])[0], src["attention_mask"])
+        steps = torch.stack([prefixes.extend(target[:, i]) for i in range(target.shape[1])], dim=1)
+        assert torch.allclose(steps, whole, atol=1e-4)
+        prefixes.select(torch.tensor([1, 1, 0]))
+        after = prefixes.extend(torch.tensor([5, 7, 5]))
+    for row, parent, piece in ((0, 1, 5), (1, 1, 7), (2, 0, 5)):
+        ids = torch.cat([target[parent], torch.tensor([piece])])[None]
+        expected, _, _ = model(src["input_ids"][parent : parent + 1], src["attention_mask"][parent : parent + 1], ids,
+                               torch.ones_like(ids))
+        assert torch.allclose(after[row], expected[0, -1], atol=1e-4)

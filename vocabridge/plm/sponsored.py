@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import BertForMaskedLM
+from transformers import BertForMaskedLM, DynamicCache
 
 from vocabridge.config import AbnetAdapters, Sponsored
 from vocabridge.errors import InputError
@@ -44,12 +44,15 @@ class CoordinatorLayer(nn.Module):
         self.norm = nn.LayerNorm(d)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, previous: torch.Tensor, source: torch.Tensor, target: torch.Tensor, blocked: torch.Tensor,
-                padding: torch.Tensor) -> torch.Tensor:
+    def forward(self, previous: torch.Tensor, source: torch.Tensor, target: torch.Tensor, blocked: torch.Tensor | None,
+                padding: torch.Tensor, last: int | None = None) -> torch.Tensor:
+        """r_j at every position of `previous`, or at its `last` positions only (incremental decoding: those see
+        everything given, so `blocked` is None)."""
+        query = previous if last is None else previous[:, -last:]
         everything = torch.cat([source, target, previous], dim=1)
-        attended, _ = self.attention(previous, everything, everything, attn_mask=blocked, key_padding_mask=padding,
+        attended, _ = self.attention(query, everything, everything, attn_mask=blocked, key_padding_mask=padding,
                                      need_weights=False)
-        h = previous + self.dropout(attended)
+        h = query + self.dropout(attended)
         return self.norm(h + self.dropout(self.ffn(h)))
 
 
@@ -207,12 +210,44 @@ def sponsored_loss(model: PlmSponsored, batch: dict[str, torch.Tensor], label_sm
     return loss, {k: v.item() for k, v in parts.items()}
 
 
-def next_logits(model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor, prefix: torch.Tensor,
-                special: dict[str, int], last: bool) -> torch.Tensor:
-    """The next piece's logits after each prefix ([CLS] y...; no cache: the decoder BERT and the coordinator run
-    over the whole prefix), [CLS], [PAD] and [MASK] never chosen; at the `last` position only [SEP] may follow."""
-    keep = torch.ones_like(prefix)
-    logits = model.coordinate(r_s, source_keep, model.target_states(prefix, keep), keep)[:, -1].float()
+class Prefixes:
+    """A batch of decoder prefixes grown one piece a step, with what each step needs of the earlier positions: the
+    target BERT's keys and values (transformers' DynamicCache) and each coordinator layer's inputs so far. No
+    position sees a later one, so earlier states never change and a step runs the new position only."""
+
+    def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor):
+        self.model, self.r_s, self.source_padding = model, r_s, source_keep == 0
+        self.cache = DynamicCache()
+        empty = r_s.new_zeros(len(r_s), 0, r_s.shape[-1])
+        self.r_t, self.inputs = empty, [empty] * len(model.coordinator.layers)
+
+    @property
+    def length(self) -> int:
+        return self.r_t.shape[1]
+
+    def extend(self, pieces: torch.Tensor) -> torch.Tensor:
+        """Append one piece to each prefix ([B]); the logits of the piece after it ([B, V])."""
+        model, position = self.model, self.length
+        h = model.target_bert.bert.embeddings(input_ids=pieces[:, None], past_key_values_length=position)
+        for layer in model.target_bert.bert.encoder.layer:
+            h = layer(h, attention_mask=None, past_key_values=self.cache)
+        self.r_t = torch.cat([self.r_t, h], dim=1)
+        r = h + model.coordinator.positions.weight[position][None, None]
+        padding = torch.cat([self.source_padding, self.source_padding.new_zeros(len(h), 2 * (position + 1))], 1)
+        for j, layer in enumerate(model.coordinator.layers):
+            self.inputs[j] = torch.cat([self.inputs[j], r], dim=1)
+            r = layer(self.inputs[j], self.r_s, self.r_t, None, padding, last=1)
+        return model.target_bert.cls(r)[:, -1].float()
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the prefixes `rows` (beam search's survivors, each of its own sentence)."""
+        self.cache.reorder_cache(rows)
+        self.r_s, self.source_padding = self.r_s[rows], self.source_padding[rows]
+        self.r_t, self.inputs = self.r_t[rows], [x[rows] for x in self.inputs]
+
+
+def restrict(logits: torch.Tensor, special: dict[str, int], last: bool) -> torch.Tensor:
+    """[CLS], [PAD] and [MASK] are never chosen; at the `last` position only [SEP] may follow."""
     logits[:, [special["cls"], special["pad"], special.get("mask", special["pad"])]] = -torch.inf
     if last:
         logits[:, [i for i in range(logits.shape[1]) if i != special["sep"]]] = -torch.inf
@@ -224,11 +259,11 @@ def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.
                   max_len: int) -> list[list[int]]:
     """Left-to-right greedy decoding from [CLS] until [SEP] (at most `max_len` pieces); pieces without
     [CLS]/[SEP]."""
-    r_s, _ = model.encode(source, source_keep)
+    prefixes = Prefixes(model, model.encode(source, source_keep)[0], source_keep)
     out = torch.full((len(source), 1), special["cls"], dtype=torch.long)
     done = torch.zeros(len(source), dtype=torch.bool)
     for step in range(max_len + 1):
-        chosen = next_logits(model, r_s, source_keep, out, special, step == max_len).argmax(-1)
+        chosen = restrict(prefixes.extend(out[:, -1]), special, step == max_len).argmax(-1)
         chosen = chosen.masked_fill(done, special["pad"])
         out = torch.cat([out, chosen[:, None]], dim=1)
         done |= chosen == special["sep"]
@@ -253,14 +288,14 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
         return greedy_search(model, source, source_keep, special, max_len)
     sentences = len(source)
     r_s, _ = model.encode(source, source_keep)
-    r_s, source_keep = r_s.repeat_interleave(beam, 0), source_keep.repeat_interleave(beam, 0)
+    prefixes = Prefixes(model, r_s.repeat_interleave(beam, 0), source_keep.repeat_interleave(beam, 0))
     seqs = torch.full((sentences * beam, 1), special["cls"], dtype=torch.long)
     scores = torch.full((sentences, beam), -torch.inf)
     scores[:, 0] = 0.0  # one live hypothesis to start from
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(sentences)]
     done = [False] * sentences
     for step in range(max_len + 1):
-        logits = next_logits(model, r_s, source_keep, seqs, special, step == max_len)
+        logits = restrict(prefixes.extend(seqs[:, -1]), special, step == max_len)
         vocab = logits.shape[1]
         candidates = (scores.reshape(-1, 1) + logits.log_softmax(-1)).reshape(sentences, beam * vocab)
         top, index = candidates.topk(2 * beam, dim=1)
@@ -289,5 +324,6 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
         if all(done):
             break
         seqs = torch.cat([seqs[rows], torch.tensor(tokens)[:, None]], dim=1)
+        prefixes.select(torch.tensor(rows))
         scores = kept
     return [f[0][1] if f else [] for f in finished]
