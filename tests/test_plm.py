@@ -301,7 +301,7 @@ def test_abnet_trains_its_adapters_through_frozen_berts(tokenizer, tmp_path):
     from vocabridge.plm.train import fit_abnet
 
     corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
-    cfg, lang = abnet_training(100, lr=5e-3, eval_every=100, checkpoint_every=100, log_every=50)
+    cfg, lang = abnet_training(200, lr=5e-3, eval_every=100, checkpoint_every=100, log_every=50)
     size = AbnetAdapters(encoder_inner=64, decoder_ffn=64, dropout=0.0, max_target_len=36)
     model = ABNet(build_bert(TINY, tokenizer, 1), build_bert(TINY, tokenizer, 2), size)
     state, summary = fit_abnet(model, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "ckpt", {"run": 1}, "abnet",
