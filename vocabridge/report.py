@@ -149,8 +149,15 @@ def forgetting_plot(forgetting: pd.DataFrame, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4.5), dpi=120)
     ax.scatter(forgetting["upstream_bleu"], forgetting["bleu"], color="#4878a8")
+    x_span = max(float(forgetting["upstream_bleu"].max() - forgetting["upstream_bleu"].min()), 1.0)
+    y_span = max(float(forgetting["bleu"].max() - forgetting["bleu"].min()), 1.0)
+    placed: list[tuple[float, float]] = []
     for row in forgetting.itertuples():
-        ax.annotate(row.group, (row.upstream_bleu, row.bleu), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        # a label the width of a few words overlaps a neighbour's at about the same height: stack it below
+        near = sum(abs(x - row.upstream_bleu) < 0.25 * x_span and abs(y - row.bleu) < 0.04 * y_span for x, y in placed)
+        ax.annotate(row.group, (row.upstream_bleu, row.bleu), fontsize=7, xytext=(3, 3 - 9 * near),
+                    textcoords="offset points")
+        placed.append((row.upstream_bleu, row.bleu))
     ax.set(xlabel="upstream (original domain) test BLEU", ylabel="downstream test BLEU",
            title="What adapting gains and what it forgets (mean over seeds)")
     fig.tight_layout()
