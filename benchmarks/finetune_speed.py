@@ -9,7 +9,10 @@ parts (training updates, greedy dev BLEU, dev loss, checkpoints), the speed-up, 
 test BLEU of each, and whether the weights are identical; then whether the rows rank the same.
 
     python benchmarks/finetune_speed.py --baseline REV [--rows ft-srcv,ft-tgtv-random,va-llm,fwet]
-                                        [--workspace .] [--out bench/finetune_speed]
+                                        [--workspace .] [--out bench/finetune_speed] [--baseline-params FILE]
+
+`--baseline-params`: the params file of the baseline arm, for a commit whose (strict) params differ from the
+workspace's, e.g. `git show REV:params.yaml > base.yaml` when the fine-tune sections agree.
 
 The workspace must have run up to the rows' transfer stages (data/models/init/ROW) and hold
 data/corpora/{downstream,upstream}: e.g. after `dvc repro transfer@va-llm`.
@@ -47,11 +50,12 @@ def export_tree(rev: str, out: Path) -> Path:
     return out
 
 
-def scratch(workspace: Path, out: Path, rows: list[str]) -> Path:
-    """A workspace whose inputs are links to `workspace`'s and whose outputs are its own."""
+def scratch(workspace: Path, out: Path, rows: list[str], params: Path | None = None) -> Path:
+    """A workspace whose inputs are links to `workspace`'s and whose outputs are its own; params.yaml the
+    workspace's unless `params` names another."""
     shutil.rmtree(out, ignore_errors=True)
     (out / "data" / "models" / "init").mkdir(parents=True)
-    shutil.copy2(workspace / "params.yaml", out / "params.yaml")
+    shutil.copy2(params or workspace / "params.yaml", out / "params.yaml")
     (out / "data" / "corpora").symlink_to((workspace / "data" / "corpora").resolve())
     for row in rows:
         (out / "data" / "models" / "init" / row).symlink_to((workspace / "data" / "models" / "init" / row).resolve())
@@ -90,6 +94,8 @@ def main() -> None:
     parser.add_argument("--rows", default="ft-srcv,ft-tgtv-random,va-llm,fwet")
     parser.add_argument("--workspace", type=Path, default=Path("."))
     parser.add_argument("--out", type=Path, default=Path("bench/finetune_speed"))
+    parser.add_argument("--baseline-params", type=Path, help="params.yaml of the baseline arm (default: the "
+                        "workspace's)")
     args = parser.parse_args()
     rows = args.rows.split(",")
     missing = [r for r in rows if not (args.workspace / "data" / "models" / "init" / r).is_dir()]
@@ -99,7 +105,8 @@ def main() -> None:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     trees = {"baseline": export_tree(args.baseline, out / "baseline-tree"), "current": HERE}
-    jobs = {label: (tree, scratch(args.workspace, out / label, rows)) for label, tree in trees.items()}
+    params = {"baseline": args.baseline_params, "current": None}
+    jobs = {label: (tree, scratch(args.workspace, out / label, rows, params[label])) for label, tree in trees.items()}
     records = []
     for row in rows:
         wall = run_side_by_side(jobs, "finetune", row, logs)

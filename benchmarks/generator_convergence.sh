@@ -7,8 +7,9 @@
 #   dvc repro spm          # the corpora and the vocabularies first
 #   OUT=results/generator-convergence bash benchmarks/generator_convergence.sh
 #
-# Knobs (environment): OUT (where the tables go), DEVICE (default cuda), VARIANT (default patt-kd), STEPS,
-# BUDGET_S (generator training seconds; step counts that would not fit are skipped), PRETRAIN_TIMEOUT_S.
+# Knobs (environment): OUT (where the tables go), DEVICE (default cuda), THREADS (default 8), VARIANT (default
+# patt-kd), STEPS, BUDGET_S (generator training seconds; step counts that would not fit are skipped),
+# PRETRAIN_TIMEOUT_S.
 set -euo pipefail
 out=${OUT:-results/generator-convergence}
 device=${DEVICE:-cuda}
@@ -27,6 +28,6 @@ if [ ! -f data/models/upstream/base/model.safetensors ]; then
   echo "pretrain: $((SECONDS - start)) s on $device"
 fi
 cp data/metrics/pretrain.json "$out/pretrain.json"
-python benchmarks/generator_steps.py --device "$device" --threads 8 --variant "${VARIANT:-patt-kd}" \
+python benchmarks/generator_steps.py --device "$device" --threads "${THREADS:-8}" --variant "${VARIANT:-patt-kd}" \
   --steps ${STEPS:-0 250 500 1000 2000 4000 8000 12000 16000 20000} --budget-s "${BUDGET_S:-380}" \
   --csv "$out/curve.csv" --log-csv "$out/loss.csv" 2> "$out/generator.log"

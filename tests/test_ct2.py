@@ -1,5 +1,6 @@
 """CTranslate2 decoding (the `bench` extra) against transformers' on a tiny randomly initialised model."""
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -59,3 +60,25 @@ def test_step_log_probs_equal_transformers_and_pad_and_fillers_are_never_scored(
     expected = torch.log_softmax(logits[0], -1)[range(len(target)), target]
     scored = translator.score_batch([[src.tokens[i] for i in ids[0]]], [[tgt.tokens[i] for i in target[:-1]]])[0]
     assert scored.log_probs == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+def test_dev_bleu_through_ctranslate2_equals_transformers_and_leaves_the_model_as_it_was(model_dir):
+    from vocabridge.ct2 import translate_model_ct2
+    from vocabridge.nmt.train import dev_bleu
+
+    _, model, src, tgt = model_dir
+    model = copy.deepcopy(model)
+    with torch.no_grad():  # outputs of some letters (the random model's are empty)
+        model.final_logits_bias[0, [tgt.tokens.index(t) for t in ('e', 'h', 's')]] += 4.0
+    torch.set_num_threads(1)
+    kept = model.generation_config
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    hyps = translate_model_ct2(model, src, tgt, LINES)
+    assert hyps == translate(model, src, tgt, LINES, beam=1, progress=False)[0]
+    assert all(hyps)
+    refs = [*hyps[:-2], *EN[:2]]
+    ct = dev_bleu(model, src, tgt, LINES, refs, bf16=False, decoder="ctranslate2")
+    hf = dev_bleu(model, src, tgt, LINES, refs, bf16=False, decoder="transformers")
+    assert ct == hf
+    assert model.generation_config is kept
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

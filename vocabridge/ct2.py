@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from transformers import MarianMTModel
 
 from vocabridge.nmt.model import check_model_dir
 from vocabridge.nmt.vocab import Vocab
@@ -81,6 +82,21 @@ def convert(model_dir: Path, out: Path, src: Vocab | None = None, tgt: Vocab | N
     out = Path(out)
     _converter(Path(model_dir), src, tgt).convert(str(out), force=True)
     return out
+
+
+def translate_model_ct2(model: MarianMTModel, src: Vocab, tgt: Vocab, lines: list[str], *, beam: int = 1,
+                        threads: int = 1) -> list[str]:
+    """translate_ct2 of a model in memory (on the CPU), e.g. a training's greedy dev BLEU: the model is written to a
+    temporary directory and converted there, about a second for 10M parameters; the model is left as it was."""
+    from vocabridge.nmt.model import save_model
+
+    kept = model.generation_config
+    try:
+        with tempfile.TemporaryDirectory(prefix="vocabridge-ct2-model-") as tmp:
+            save_model(model, src, tgt, Path(tmp))
+            return translate_ct2(Path(tmp), lines, beam=beam, threads=threads)[0]
+    finally:
+        model.generation_config = kept
 
 
 def translate_ct2(model_dir: Path, lines: list[str], *, beam: int = 5, length_penalty: float = 1.0,

@@ -85,8 +85,16 @@ def use_compute(compute) -> torch.device:
     return device_of(compute.device)
 
 
-def dev_bleu(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str], bf16: bool) -> float:
-    hyps, _ = translate(model, src, tgt, sources, beam=1, bf16=bf16, progress=False)
+def dev_bleu(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str], bf16: bool,
+             decoder: str = "transformers") -> float:
+    """Greedy dev BLEU. decoder ctranslate2 (on a CPU): the same outputs as transformers' in fp32, 2-3x faster
+    with the conversion counted; transformers decodes in the training's precision."""
+    if decoder == "ctranslate2" and next(model.parameters()).device.type == "cpu":
+        from vocabridge.ct2 import translate_model_ct2
+
+        hyps = translate_model_ct2(model, src, tgt, sources, beam=1, threads=torch.get_num_threads())
+    else:
+        hyps, _ = translate(model, src, tgt, sources, beam=1, bf16=bf16, progress=False)
     return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
 
 
@@ -176,7 +184,7 @@ class Trainer:
         return training_loss(self.model, batch, self.cfg.label_smoothing, self.bf16)
 
     def _dev_bleu(self) -> float:
-        return dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16)
+        return dev_bleu(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, self.bf16, self.cfg.dev_decoder)
 
     def _dev_loss(self) -> float:
         return dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, bf16=self.bf16,
