@@ -159,7 +159,7 @@ class Training:
     dev_sentences: int = 500  # greedy dev BLEU on the first N dev pairs
     dev_decoder: Literal["transformers", "ctranslate2"] = "ctranslate2"  # the greedy dev BLEU's decoder on a CPU
     #                                        (a GPU decodes with transformers): the same outputs as transformers'
-    #                                        fp32 search, 2-3x faster; transformers decodes in the training's precision
+    #                                        fp32 search, ~3x faster; transformers decodes in the training's precision
     select_by: Literal["bleu", "loss"] = "bleu"  # the dev figure that picks the checkpoint and drives patience:
     #                                              greedy BLEU, or cross-entropy where BLEU is noise (tiny models)
     patience: int = 5  # evaluations without a dev gain before stopping; 0: never

@@ -87,7 +87,7 @@ def use_compute(compute) -> torch.device:
 
 def dev_bleu(model: MarianMTModel, src: Vocab, tgt: Vocab, sources: list[str], refs: list[str], bf16: bool,
              decoder: str = "transformers") -> float:
-    """Greedy dev BLEU. decoder ctranslate2 (on a CPU): the same outputs as transformers' in fp32, 2-3x faster
+    """Greedy dev BLEU. decoder ctranslate2 (on a CPU): the same outputs as transformers' in fp32, about 3x faster
     with the conversion counted; transformers decodes in the training's precision."""
     if decoder == "ctranslate2" and next(model.parameters()).device.type == "cpu":
         from vocabridge.ct2 import translate_model_ct2
