@@ -26,12 +26,15 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from transformers import MarianMTModel
 
 from vocabridge.nmt.model import check_model_dir
 from vocabridge.nmt.vocab import Vocab
+
+if TYPE_CHECKING:
+    from transformers import MarianMTModel
 
 
 def load_vocabs(model_dir: Path) -> tuple[Vocab, Vocab]:
