@@ -71,7 +71,7 @@ def test_dev_bleu_through_ctranslate2_equals_transformers_and_leaves_the_model_a
     with torch.no_grad():  # outputs of some letters (the random model's are empty)
         model.final_logits_bias[0, [tgt.tokens.index(t) for t in ('e', 'h', 's')]] += 4.0
     torch.set_num_threads(1)
-    kept = model.generation_config
+    kept, config = model.generation_config, model.config.to_dict()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     hyps = translate_model_ct2(model, src, tgt, LINES)
     assert hyps == translate(model, src, tgt, LINES, beam=1, progress=False)[0]
@@ -80,5 +80,5 @@ def test_dev_bleu_through_ctranslate2_equals_transformers_and_leaves_the_model_a
     ct = dev_bleu(model, src, tgt, LINES, refs, bf16=False, decoder="ctranslate2")
     hf = dev_bleu(model, src, tgt, LINES, refs, bf16=False, decoder="transformers")
     assert ct == hf
-    assert model.generation_config is kept
+    assert model.generation_config is kept and model.config.to_dict() == config
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -47,59 +47,76 @@ def load_vocabs(model_dir: Path) -> tuple[Vocab, Vocab]:
     return src, tgt
 
 
-def _converter(model_dir: Path, src: Vocab, tgt: Vocab):
-    import ctranslate2
+def marian_spec(model: MarianMTModel, src: Vocab, tgt: Vocab):
+    """CTranslate2's spec of a MarianMTModel in memory, with transformers' decoder start and our vocabularies
+    (module docstring); the model and its config are left as they were."""
+    import torch
+    from ctranslate2.converters.transformers import MarianMTLoader
 
-    class MarianConverter(ctranslate2.converters.TransformersConverter):
-        """CTranslate2's Marian conversion, with transformers' decoder start and our vocabularies."""
+    config = model.config
+    kept = {k: config.__dict__[k] for k in ("normalize_before", "normalize_embedding") if k in config.__dict__}
+    try:
+        with torch.no_grad():
+            spec = MarianMTLoader()(model, _Specials())
+    finally:  # the loader sets these two on the model's config
+        for key in ("normalize_before", "normalize_embedding"):
+            config.__dict__.pop(key, None)
+        config.__dict__.update(kept)
+    decoder = spec.decoder
+    embeddings = model.get_decoder().get_input_embeddings().weight.detach()
+    projection = model.get_output_embeddings().weight.detach()
+    if embeddings.shape[0] != len(tgt) or projection.shape[0] != len(tgt):
+        raise ValueError(f"decoder has {embeddings.shape[0]} embeddings, the target vocabulary {len(tgt)} tokens")
+    decoder.start_from_zero_embedding = False
+    decoder.embeddings.weight = embeddings
+    decoder.projection.weight = embeddings if projection.data_ptr() == embeddings.data_ptr() else projection
+    bias = model.final_logits_bias.detach().reshape(-1).float().clone()
+    bias[[tgt.pad_id, *tgt.filler_ids]] = float("-inf")
+    decoder.projection.bias = bias.to(projection.dtype)
+    spec.config.decoder_start_token = tgt.tokens[tgt.pad_id]
+    spec._vocabularies = {"source": [src.tokens[: src.pad_id]], "target": [list(tgt.tokens)]}
+    return spec
 
-        def load_model(self, model_class, model_name_or_path, **kwargs):
-            self.hf_model = super().load_model(model_class, model_name_or_path, **kwargs)
-            return self.hf_model
 
-        def _load(self):
-            spec = super()._load()
-            model, decoder = self.hf_model, spec.decoder
-            embeddings = model.get_decoder().get_input_embeddings().weight.detach()
-            projection = model.get_output_embeddings().weight.detach()
-            if embeddings.shape[0] != len(tgt) or projection.shape[0] != len(tgt):
-                raise ValueError(f"{model_dir}: decoder has {embeddings.shape[0]} embeddings, the target "
-                                 f"vocabulary {len(tgt)} tokens")
-            decoder.start_from_zero_embedding = False
-            decoder.embeddings.weight = embeddings
-            decoder.projection.weight = embeddings if projection.data_ptr() == embeddings.data_ptr() else projection
-            bias = model.final_logits_bias.detach().reshape(-1).float().clone()
-            bias[[tgt.pad_id, *tgt.filler_ids]] = float("-inf")
-            decoder.projection.bias = bias.to(projection.dtype)
-            spec.config.decoder_start_token = tgt.tokens[tgt.pad_id]
-            spec._vocabularies = {"source": [src.tokens[: src.pad_id]], "target": [list(tgt.tokens)]}
-            return spec
+class _Specials:
+    """What CTranslate2's Marian loader asks of a tokenizer (its vocabulary is replaced by ours)."""
 
-    return MarianConverter(str(model_dir))
+    eos_token, unk_token = "</s>", "<unk>"
+
+    def get_vocab(self) -> dict[str, int]:
+        return {self.eos_token: 0, self.unk_token: 1}
+
+
+def write_spec(spec, out: Path) -> Path:
+    """What ctranslate2's Converter.convert does with a spec: validate, optimise (no quantisation), save."""
+    import shutil
+
+    spec.validate()
+    spec.optimize(quantization=None)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    spec.save(str(out))
+    return out
 
 
 def convert(model_dir: Path, out: Path, src: Vocab | None = None, tgt: Vocab | None = None) -> Path:
     """Write a CTranslate2 model of the Marian directory `model_dir` into `out`; returns `out`."""
-    if src is None or tgt is None:
-        src, tgt = load_vocabs(model_dir)
-    out = Path(out)
-    _converter(Path(model_dir), src, tgt).convert(str(out), force=True)
-    return out
+    from vocabridge.nmt.model import load_model
+
+    model, dir_src, dir_tgt = load_model(Path(model_dir))
+    return write_spec(marian_spec(model, src or dir_src, tgt or dir_tgt), Path(out))
 
 
 def translate_model_ct2(model: MarianMTModel, src: Vocab, tgt: Vocab, lines: list[str], *, beam: int = 1,
                         threads: int = 1) -> list[str]:
-    """translate_ct2 of a model in memory (on the CPU), e.g. a training's greedy dev BLEU: the model is written to a
-    temporary directory and converted there, about a second for 10M parameters; the model is left as it was."""
-    from vocabridge.nmt.model import save_model
-
-    kept = model.generation_config
-    try:
-        with tempfile.TemporaryDirectory(prefix="vocabridge-ct2-model-") as tmp:
-            save_model(model, src, tgt, Path(tmp))
-            return translate_ct2(Path(tmp), lines, beam=beam, threads=threads)[0]
-    finally:
-        model.generation_config = kept
+    """translate_ct2 of a model in memory (on the CPU), e.g. a training's greedy dev BLEU: converted from memory
+    into a temporary CTranslate2 directory (no Marian directory written or read back); the model is left as it
+    was."""
+    with tempfile.TemporaryDirectory(prefix="vocabridge-ct2-") as tmp:
+        ct2_dir = write_spec(marian_spec(model, src, tgt), Path(tmp) / "ct2")
+        return _translate(ct2_dir, src, tgt, model.config.max_position_embeddings, lines, beam=beam,
+                          threads=threads)[0]
 
 
 def translate_ct2(model_dir: Path, lines: list[str], *, beam: int = 5, length_penalty: float = 1.0,
@@ -107,36 +124,48 @@ def translate_ct2(model_dir: Path, lines: list[str], *, beam: int = 5, length_pe
                   threads: int = 2, device: str = "cpu", compute_type: str = "default") -> tuple[list[str], dict]:
     """Translate `lines` with CTranslate2: detokenised hypotheses in input order and speed figures, the same
     contract and settings as nmt.translate.translate (the conversion is not timed)."""
-    import ctranslate2
-
     model_dir = Path(model_dir)
     check_model_dir(model_dir)
     src, tgt = load_vocabs(model_dir)
     limit = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"]
+    with tempfile.TemporaryDirectory(prefix="vocabridge-ct2-") as tmp:
+        ct2_dir = convert(model_dir, Path(tmp) / "ct2", src, tgt)
+        return _translate(ct2_dir, src, tgt, limit, lines, beam=beam, length_penalty=length_penalty,
+                          batch_tokens=batch_tokens, max_len_a=max_len_a, max_len_b=max_len_b, patience=patience,
+                          threads=threads, device=device, compute_type=compute_type)
+
+
+def _translate(ct2_dir: Path, src: Vocab, tgt: Vocab, limit: int, lines: list[str], *, beam: int,
+               length_penalty: float = 1.0, batch_tokens: int = 4000, max_len_a: float = 1.5, max_len_b: int = 10,
+               patience: float = 2.0, threads: int = 2, device: str = "cpu",
+               compute_type: str = "default") -> tuple[list[str], dict]:
+    """translate_ct2 with a converted model: `limit` is the model's max_position_embeddings."""
+    import ctranslate2
+
     ids = src.encode(lines)
     ids = [x if len(x) <= limit else np.append(x[: limit - 1], 0) for x in ids]
     tokens = [[src.tokens[i] for i in x] for x in ids]
     order = np.argsort([-len(x) for x in ids], kind="stable")
     out: list[list[str]] = [[] for _ in lines]
-    with tempfile.TemporaryDirectory(prefix="vocabridge-ct2-") as tmp:
-        translator = ctranslate2.Translator(str(convert(model_dir, Path(tmp), src, tgt)), device=device,
-                                            compute_type=compute_type, intra_threads=threads)
-        started = time.perf_counter()
-        pos = 0
-        while pos < len(order):  # nmt.translate's batches: their longest source sets the output limit
-            longest = len(ids[order[pos]])
-            idx = order[pos : pos + max(1, batch_tokens // (longest * beam))]
-            # transformers counts the forced final </s> in max_new_tokens; CTranslate2 does not
-            max_new = min(limit, int(longest * max_len_a) + max_len_b)
-            results = translator.translate_batch([tokens[i] for i in idx], beam_size=beam,
-                                                 length_penalty=length_penalty, patience=patience,
-                                                 max_decoding_length=max_new - 1,
-                                                 min_decoding_length=0,  # transformers allows "" too
-                                                 max_input_length=limit)
-            for i, result in zip(idx, results, strict=True):
-                out[i] = result.hypotheses[0]
-            pos += len(idx)
-        seconds = time.perf_counter() - started
+    translator = ctranslate2.Translator(str(ct2_dir), device=device, compute_type=compute_type,
+                                        intra_threads=threads)
+    started = time.perf_counter()
+    pos = 0
+    while pos < len(order):  # nmt.translate's batches: their longest source sets the output limit
+        longest = len(ids[order[pos]])
+        idx = order[pos : pos + max(1, batch_tokens // (longest * beam))]
+        # transformers counts the forced final </s> in max_new_tokens; CTranslate2 does not
+        max_new = min(limit, int(longest * max_len_a) + max_len_b)
+        results = translator.translate_batch([tokens[i] for i in idx], beam_size=beam,
+                                             length_penalty=length_penalty, patience=patience,
+                                             max_decoding_length=max_new - 1,
+                                             min_decoding_length=0,  # transformers allows "" too
+                                             max_input_length=limit)
+        for i, result in zip(idx, results, strict=True):
+            out[i] = result.hypotheses[0]
+        pos += len(idx)
+    seconds = time.perf_counter() - started
+    del translator
     index = {tok: i for i, tok in enumerate(tgt.tokens)}
     hyps = [tgt.decode([index[p] for p in hyp]) for hyp in out]
     return hyps, {"seconds": round(seconds, 3), "sentences_per_second": round(len(lines) / max(seconds, 1e-9), 2),

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -380,21 +379,14 @@ def time_beam(params: Params, vocab: int, pieces: tuple[int, int], threads: int,
         return (time.perf_counter() - started) / len(ids)
     import ctranslate2
     import numpy as np
-    from transformers.utils import logging as hf_logging
 
-    from vocabridge.ct2 import _converter
-
-    hf_logging.disable_progress_bar()  # a scratch model's save and reload, not the user's work
+    from vocabridge.ct2 import marian_spec, write_spec
     from vocabridge.nmt.vocab import Vocab
 
     tokens = ["</s>", "<unk>", *[f"p{i}" for i in range(vocab - 3)], "<pad>"]
-    fake = Vocab(tokens, None, b"")  # the converter needs the token list only
+    fake = Vocab(tokens, None, b"")  # the conversion needs the token list only
     with tempfile.TemporaryDirectory(prefix="vocabridge-estimate-") as tmp:
-        model.save_pretrained(Path(tmp) / "hf", safe_serialization=True)
-        converter = _converter(Path(tmp) / "hf", fake, fake)
-        converter.load_tokenizer = lambda *args, **kwargs: SimpleNamespace(  # no SentencePiece files to read
-            get_vocab=lambda: {t: i for i, t in enumerate(tokens)}, eos_token="</s>", unk_token="<unk>")
-        converter.convert(str(Path(tmp) / "ct2"), force=True)
+        write_spec(marian_spec(model, fake, fake), Path(tmp) / "ct2")
         translator = ctranslate2.Translator(str(Path(tmp) / "ct2"), device=device.type, intra_threads=threads)
         rng = np.random.default_rng(0)
         batch = [[tokens[i] for i in rng.integers(2, vocab - 1, pieces[0] - 1)] + ["</s>"] for _ in range(sentences)]
