@@ -2,7 +2,8 @@
 # The embedding generator towards convergence (Liu et al. 2021, Fig. 4: about 20k steps) on a GPU, at the scale of
 # the profile in params.yaml: trains the upstream model if data/models/upstream/base is not there yet (the pretrain
 # stage, as `dvc repro pretrain` runs it), then benchmarks/generator_steps.py on the GPU: zero-shot dev BLEU and
-# perplexity of the patt-eg-kd initial model at growing step counts, and the generator's training loss curve.
+# perplexity of the patt-eg-kd initial model at growing step counts, the generator's training loss curve, and curve.png
+# drawn from both (benchmarks/plot_generator_curve.py).
 #
 #   dvc repro spm          # the corpora and the vocabularies first
 #   OUT=results/generator-convergence bash benchmarks/generator_convergence.sh
@@ -31,3 +32,4 @@ cp data/metrics/pretrain.json "$out/pretrain.json"
 python benchmarks/generator_steps.py --device "$device" --threads "${THREADS:-8}" --variant "${VARIANT:-patt-kd}" \
   --steps ${STEPS:-0 250 500 1000 2000 4000 8000 12000 16000 20000} --budget-s "${BUDGET_S:-380}" \
   --csv "$out/curve.csv" --log-csv "$out/loss.csv" 2> "$out/generator.log"
+python benchmarks/plot_generator_curve.py "$out"
