@@ -25,7 +25,8 @@ def plot(folder: Path) -> Path:
     left.set(xlabel="generator steps", ylabel="training loss (mean of 8 logs)", title="Generator training")
     left.legend()
     right.plot(curve["steps"], curve["zero_shot_bleu"], "o-", color="tab:blue")
-    right.set(xlabel="generator steps", ylabel="zero-shot dev BLEU", title="Initial model built at each step count")
+    right.set(xlabel="generator steps", ylabel="zero-shot dev BLEU", title="Initial model built at each step count",
+              ylim=(0, max(2.0, 1.2 * curve["zero_shot_bleu"].max())))  # from 0: a flat curve looks flat
     twin = right.twinx()
     twin.plot(curve["steps"], curve["zero_shot_ppl"], "s--", color="tab:red")
     twin.set_ylabel("zero-shot dev perplexity", color="tab:red")
