@@ -10,7 +10,8 @@
 #
 # Knobs (environment): OUT (where the tables go), DEVICE (default cuda), THREADS (default 8), VARIANT (default
 # patt-kd), STEPS, BUDGET_S (generator training seconds; step counts that would not fit are skipped),
-# PRETRAIN_TIMEOUT_S.
+# PRETRAIN_TIMEOUT_S, FINETUNE_SEEDS (e.g. "1 2 3": fine-tune each initial model with these seeds and report its
+# best dev BLEU, as Liu et al.'s Fig. 4; none by default).
 set -euo pipefail
 out=${OUT:-results/generator-convergence}
 device=${DEVICE:-cuda}
@@ -31,5 +32,5 @@ fi
 cp data/metrics/pretrain.json "$out/pretrain.json"
 python benchmarks/generator_steps.py --device "$device" --threads "${THREADS:-8}" --variant "${VARIANT:-patt-kd}" \
   --steps ${STEPS:-0 250 500 1000 2000 4000 8000 12000 16000 20000} --budget-s "${BUDGET_S:-380}" \
-  --csv "$out/curve.csv" --log-csv "$out/loss.csv" 2> "$out/generator.log"
+  --csv "$out/curve.csv" --log-csv "$out/loss.csv" --finetune-seeds ${FINETUNE_SEEDS:-} 2> "$out/generator.log"
 python benchmarks/plot_generator_curve.py "$out"

@@ -1,5 +1,6 @@
 """Draw what benchmarks/generator_steps.py measured: the generator's training loss (Lp, Ld and their sum) by step,
-and the zero-shot dev BLEU and perplexity of the initial model it builds at each step count.
+and the zero-shot dev BLEU and perplexity of the initial model it builds at each step count (and its
+best dev BLEU after fine-tuning, where generator_steps.py measured it).
 
     python benchmarks/plot_generator_curve.py results/generator-convergence    # reads curve.csv, loss.csv
 """
@@ -24,9 +25,13 @@ def plot(folder: Path) -> Path:
         left.plot(loss["step"], loss[column].rolling(8, min_periods=1).mean(), label=label)
     left.set(xlabel="generator steps", ylabel="training loss (mean of 8 logs)", title="Generator training")
     left.legend()
-    right.plot(curve["steps"], curve["zero_shot_bleu"], "o-", color="tab:blue")
-    right.set(xlabel="generator steps", ylabel="zero-shot dev BLEU", title="Initial model built at each step count",
-              ylim=(0, max(2.0, 1.2 * curve["zero_shot_bleu"].max())))  # from 0: a flat curve looks flat
+    right.plot(curve["steps"], curve["zero_shot_bleu"], "o-", color="tab:blue", label="zero-shot")
+    if "finetuned_dev_bleu" in curve:  # generator_steps.py --finetune-seeds: Liu et al.'s Fig. 4
+        right.plot(curve["steps"], curve["finetuned_dev_bleu"], "^-", color="tab:green", label="after fine-tuning")
+        right.legend(loc="center right")
+    top = curve[[c for c in ("zero_shot_bleu", "finetuned_dev_bleu") if c in curve]].max().max()
+    right.set(xlabel="generator steps", ylabel="dev BLEU", title="Initial model built at each step count",
+              ylim=(0, max(2.0, 1.2 * top)))  # from 0: a flat curve looks flat
     twin = right.twinx()
     twin.plot(curve["steps"], curve["zero_shot_ppl"], "s--", color="tab:red")
     twin.set_ylabel("zero-shot dev perplexity", color="tab:red")
