@@ -205,3 +205,8 @@ def opus_mt_joint(tmp_path_factory) -> Path:
                                                            "unk_token": "<unk>", "pad_token": PAD}))
     _write_bible(root)
     return root
+
+
+from tests.flows_helpers import quiet_prefect_home  # noqa: E402
+
+quiet_prefect_home()  # before any test module imports prefect (see there)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -23,8 +24,11 @@ PREFECT_ENV = {
 }
 
 
+@functools.cache
 def quiet_prefect_home() -> Path:
-    """Point this process's Prefect at a fresh home (its SQLite database) before prefect is imported."""
+    """Point this process's Prefect at a fresh home (its SQLite database), once: conftest calls it before any test
+    module is imported, because Prefect reads its home when it is first imported (test_estimate imports it through
+    flows), and a flow test on the user's ~/.prefect shares its database with any flow the user is running."""
     home = Path(tempfile.mkdtemp(prefix="vocabridge-prefect-"))
     os.environ.update(PREFECT_ENV, PREFECT_HOME=str(home))
     os.environ.pop("PREFECT_API_URL", None)

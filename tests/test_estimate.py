@@ -144,3 +144,13 @@ def test_the_command_prints_every_stage_group_and_both_totals(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "vocabridge.cli", "estimate", "--profile", "nope"], cwd=ROOT,
                          env=env, capture_output=True, text=True)
     assert bad.returncode != 0 and "nope" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_prefect_imported_through_flows_keeps_the_tests_own_home():
+    """This module imports prefect (through flows) before test_flows runs: its flows must still use the test
+    session's Prefect home, not the user's ~/.prefect, whose database a running pipeline of theirs holds."""
+    from prefect.settings import get_current_settings
+
+    from tests.flows_helpers import quiet_prefect_home
+
+    assert get_current_settings().home == quiet_prefect_home() != Path.home() / ".prefect"
