@@ -22,7 +22,6 @@ about 10% less speed than patience 1.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -30,21 +29,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vocabridge.nmt.model import check_model_dir
 from vocabridge.nmt.vocab import Vocab
 
 if TYPE_CHECKING:
     from transformers import MarianMTModel
-
-
-def load_vocabs(model_dir: Path) -> tuple[Vocab, Vocab]:
-    """Source and target vocabularies of a Marian model directory (as nmt.model.load_model reads them)."""
-    model_dir = Path(model_dir)
-    src = Vocab.from_files(model_dir / "source.spm", model_dir / "vocab.json")
-    target_vocab = model_dir / "target_vocab.json"  # OPUS-MT models with one shared vocabulary have none
-    tgt = Vocab.from_files(model_dir / "target.spm", target_vocab if target_vocab.is_file() else
-                           model_dir / "vocab.json")
-    return src, tgt
 
 
 def marian_spec(model: MarianMTModel, src: Vocab, tgt: Vocab):
@@ -124,12 +112,12 @@ def translate_ct2(model_dir: Path, lines: list[str], *, beam: int = 5, length_pe
                   threads: int = 2, device: str = "cpu", compute_type: str = "default") -> tuple[list[str], dict]:
     """Translate `lines` with CTranslate2: detokenised hypotheses in input order and speed figures, the same
     contract and settings as nmt.translate.translate (the conversion is not timed)."""
-    model_dir = Path(model_dir)
-    check_model_dir(model_dir)
-    src, tgt = load_vocabs(model_dir)
-    limit = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"]
+    from vocabridge.nmt.model import load_model
+
+    model, src, tgt = load_model(Path(model_dir))  # checks the directory; weights from safetensors only
+    limit = model.config.max_position_embeddings
     with tempfile.TemporaryDirectory(prefix="vocabridge-ct2-") as tmp:
-        ct2_dir = convert(model_dir, Path(tmp) / "ct2", src, tgt)
+        ct2_dir = write_spec(marian_spec(model, src, tgt), Path(tmp) / "ct2")
         return _translate(ct2_dir, src, tgt, limit, lines, beam=beam, length_penalty=length_penalty,
                           batch_tokens=batch_tokens, max_len_a=max_len_a, max_len_b=max_len_b, patience=patience,
                           threads=threads, device=device, compute_type=compute_type)
