@@ -135,22 +135,29 @@ def repro_stage(stage: str, workspace: Path, log: Callable[[str], None] | None =
                 pull: bool = False, lock_timeout: float = 600.0, threads: int | None = None) -> StageRun:
     """`dvc repro --single-item STAGE`: DVC decides whether it runs, is restored, or is already up to date.
 
-    Another DVC process writing the same outputs makes DVC refuse at once ("is busy"); we wait for it
-    (polling) up to `lock_timeout` seconds, then fail with DVC's message.
+    DVC releases the repository lock while a stage's command runs and takes it back to record the result, giving
+    up after 3 s: with stages beside it hashing their outputs, a finished stage then failed and ran again from
+    the start. `--wait-for-lock` makes DVC wait for that lock instead. Another DVC process writing the same
+    outputs makes DVC refuse at once ("is busy"); we wait for it (polling) up to `lock_timeout` seconds of
+    waiting, then fail with DVC's message.
     """
-    args = ["repro", "--single-item", *(["--force"] if force else []), *(["--pull"] if pull else []), stage]
+    args = ["--wait-for-lock", "repro", "--single-item", *(["--force"] if force else []),
+            *(["--pull"] if pull else []), stage]
     started = time.time()
-    waited = 0
+    waited, waited_s = 0, 0.0
     while True:
+        attempt = time.time()
         proc = dvc(args, workspace, log, env={"VOCABRIDGE_THREADS": str(threads)} if threads else None)
         if proc.returncode == 0:
             keep_lock(workspace)
             return StageRun(stage, outcome(proc.stdout, stage), time.time() - started, started, waited)
-        if BUSY.search(proc.stdout) and time.time() - started < lock_timeout:
+        if BUSY.search(proc.stdout) and waited_s < lock_timeout:
             waited += 1
             if log:
                 log(f"{stage}: another DVC process holds the workspace lock; waiting")
-            time.sleep(min(2.0 * waited, 15.0))
+            pause = min(2.0 * waited, 15.0)
+            time.sleep(pause)
+            waited_s += time.time() - attempt
             continue
         line = error_line(proc.stdout)
         if BUSY.search(proc.stdout):

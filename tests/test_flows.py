@@ -359,3 +359,31 @@ def test_a_dvc_lock_emptied_by_a_killed_run_is_restored_from_the_last_readable_c
     lock.write_text("stages: [half")
     with pytest.raises(FlowError, match=r"dvc.lock: empty or unreadable .* `dvc commit -f STAGE`"):
         restore_lock(tmp_path)
+
+
+STAGE_WHOSE_LOCK_IS_TAKEN = """\
+import pathlib, subprocess, sys, time
+runs = pathlib.Path("runs.txt")
+n = int(runs.read_text()) + 1 if runs.exists() else 1
+runs.write_text(str(n))
+if n == 1:  # another DVC process takes the repository lock as this command ends, for longer than DVC's 3 s
+    subprocess.Popen([sys.executable, "-c", "import pathlib, time, zc.lockfile; l = zc.lockfile.LockFile("
+                      "'.dvc/tmp/lock'); pathlib.Path('held').touch(); time.sleep(5); l.close()"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    while not pathlib.Path("held").exists():
+        time.sleep(0.05)
+pathlib.Path("out.txt").write_text("done")
+"""
+
+
+def test_a_finished_stage_waits_for_the_repository_lock_instead_of_running_again(tmp_path):
+    from flows.dvcrun import repro_stage
+
+    run(["dvc", "init", "--no-scm", "-q"], tmp_path)
+    (tmp_path / "stage.py").write_text(STAGE_WHOSE_LOCK_IS_TAKEN)
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"s": {
+        "cmd": f"{sys.executable} stage.py", "deps": ["stage.py"], "outs": ["out.txt"]}}}))
+    done = repro_stage("s", tmp_path, lock_timeout=60)
+    assert done.outcome == "ran" and (tmp_path / "out.txt").read_text() == "done"
+    assert (tmp_path / "runs.txt").read_text() == "1"  # DVC waited to record it; it was not run a second time
+    assert run(["dvc", "status", "s"], tmp_path).stdout.strip() == "Data and pipelines are up to date."
