@@ -155,8 +155,7 @@ def repro_stage(stage: str, workspace: Path, log: Callable[[str], None] | None =
             waited += 1
             if log:
                 log(f"{stage}: another DVC process holds the workspace lock; waiting")
-            pause = min(2.0 * waited, 15.0)
-            time.sleep(pause)
+            time.sleep(min(2.0 * waited, 15.0))
             waited_s += time.time() - attempt
             continue
         line = error_line(proc.stdout)

@@ -88,12 +88,12 @@ def write_spec(spec, out: Path) -> Path:
     return out
 
 
-def convert(model_dir: Path, out: Path, src: Vocab | None = None, tgt: Vocab | None = None) -> Path:
+def convert(model_dir: Path, out: Path) -> Path:
     """Write a CTranslate2 model of the Marian directory `model_dir` into `out`; returns `out`."""
     from vocabridge.nmt.model import load_model
 
-    model, dir_src, dir_tgt = load_model(Path(model_dir))
-    return write_spec(marian_spec(model, src or dir_src, tgt or dir_tgt), Path(out))
+    model, src, tgt = load_model(Path(model_dir))
+    return write_spec(marian_spec(model, src, tgt), Path(out))
 
 
 def translate_model_ct2(model: MarianMTModel, src: Vocab, tgt: Vocab, lines: list[str], *, beam: int = 1,
