@@ -14,7 +14,9 @@ from flows.errors import FlowError
 GPU_GROUPS = frozenset({"pretrain", "upstream", "plm", "abnet", "generator", "finetune", "evaluate"})
 RETRY_GROUPS = {"prepare": 3}
 # Long stages on the critical path that every later stage waits for: they get all the cores however many
-# short stages run beside them (`meta: {prefect: {all_cores: false}}` to share instead).
+# short stages run beside them, shared only with the long stages that run at the same time (two pretrainings
+# with every core each would run twice as many torch threads as there are cores); `meta: {prefect:
+# {all_cores: false}}` to share with every stage instead.
 ALL_CORE_GROUPS = frozenset({"pretrain", "upstream", "generator"})
 
 

@@ -47,10 +47,12 @@ def simulate_flow(dag: Dag, seconds: dict[str, dict[int, float]], cores: int, jo
     while pending or running:
         ready = [n for n in pending if all(u in done for u in dag.stages[n].upstream if u in dag.stages)]
         shared = max(1, cores // max(1, min(jobs, len(running) + len(ready))))
+        heavy = sum(dag.stages[n].all_cores for n in [*running, *ready])
+        heavy_threads = max(1, cores // max(1, min(jobs, heavy)))
         for name in ready:
             if len(running) >= jobs:
                 break
-            threads = cores if dag.stages[name].all_cores else shared
+            threads = heavy_threads if dag.stages[name].all_cores else shared
             end = now + seconds[name][threads]
             running[name], out[name] = end, (now, end, threads)
             pending.remove(name)

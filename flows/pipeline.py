@@ -28,6 +28,7 @@ from flows import experiment
 from flows.dag import Dag, Stage, load_dag
 from flows.dvcrun import StageRun, dvc_ok, git, repro_stage, restore_lock
 from flows.errors import FlowError, StageError
+from flows.record import RunRecord
 from flows.report import markdown, stages_table
 from vocabridge.ledger import RUN_RECORD
 
@@ -78,10 +79,11 @@ def options(stage: Stage, retry_delay: float) -> dict:
 
 
 def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay: float, lock_timeout: float,
-            remote: dict | None = None) -> list[StageRun]:
+            remote: dict | None = None, record: RunRecord | None = None) -> list[StageRun]:
     """Submit each stage once its upstream stages succeeded, at most `jobs` at once; fail like `dvc repro -k`.
 
-    Branches that do not depend on a failed stage still run, so everything that can be cached is.
+    Branches that do not depend on a failed stage still run, so everything that can be cached is. `record`
+    hears of every start and end, and is saved once a minute besides, so a run cut off still leaves its cost.
     """
     logger = get_run_logger()
     pending = dict(dag.stages)
@@ -93,6 +95,10 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
     while pending or running:
         ready = [n for n, s in pending.items() if all(u in done for u in s.upstream if u in dag.stages)]
         threads = threads_per_stage(min(jobs, len(running) + len(ready)))
+        # Long stages share the cores among themselves: two pretrainings with every core each would run
+        # twice as many torch threads as there are cores.
+        heavy = sum(dag.stages[n].all_cores for n in running) + sum(dag.stages[n].all_cores for n in ready)
+        heavy_threads = threads_per_stage(min(jobs, max(1, heavy)))
         for name, stage in list(pending.items()):
             upstream = [u for u in stage.upstream if u in dag.stages]
             if any(u in failed or u in not_run for u in upstream):
@@ -108,18 +114,29 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
                 else:
                     running[name] = run_stage.with_options(**opts).submit(
                         name, str(workspace), name in forced, lock_timeout,
-                        threads_per_stage(1) if stage.all_cores else threads)
+                        heavy_threads if stage.all_cores else threads)
                 del pending[name]
+                if record:
+                    record.start(name)
         if not running:
             break
-        future = next(as_completed(list(running.values())))
+        try:
+            future = next(as_completed(list(running.values()), timeout=60 if record else None))
+        except TimeoutError:
+            if record:
+                record.save()
+            continue
         name = next(n for n, f in running.items() if f is future)
         del running[name]
         try:
             done[name] = future.result()
+            if record:
+                record.finish(done[name])
         except Exception as exc:  # the task's own error, after its retries
             failed[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             logger.error("%s", failed[name])
+            if record:
+                record.fail(name)
     runs = [done[n] for n in dag.order if n in done]
     if failed:
         first = next(n for n in dag.order if n in failed)
@@ -212,9 +229,9 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
         logger.info("stages (from dvc.yaml): %s", ", ".join(dag.order))
         est = log_estimate(dag, run_ws, jobs)
         forced = set(dag.match(targets) if targets else dag.order) if force else set()
-        started = time.time()
-        runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote)
-        write_run_record(run_ws / RUN_RECORD, runs, est, started, jobs)
+        record = RunRecord(run_ws / RUN_RECORD, est, jobs, cores())
+        runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record)
+        record.save()
         title = f"vocabridge experiment {name}" if is_experiment else "vocabridge"
         table = markdown(dag, run_ws, runs, title)
         if is_experiment:
@@ -225,23 +242,6 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
             experiment.remove(run_ws)
     create_markdown_artifact(table, key="vocabridge-report", description=f"vocabridge report ({name})")
     return table
-
-
-def write_run_record(path: Path, runs: list[StageRun], est, started: float, jobs: int) -> None:
-    """What this run cost, stage by stage, beside what `vocabridge estimate` expected (`vocabridge results`
-    puts it in the ledger). Stages that DVC found up to date or restored say so: their seconds are not a cost."""
-    from vocabridge.fileio import write_json
-    from vocabridge.nmt.precision import describe_cpu
-
-    write_json(path, {
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "wall_seconds": round(time.time() - started, 1), "jobs": jobs, "cores": cores(),
-        "load_average_at_end": round(os.getloadavg()[0], 2), "cpu": describe_cpu(),
-        "expected_flow_seconds": round(est.flow_seconds, 1) if est else None,
-        "stages": {run.stage: {"outcome": run.outcome, "seconds": round(run.seconds, 1),
-                               "expected_seconds": round(est.flow[run.stage][1] - est.flow[run.stage][0], 1)
-                               if est and run.stage in est.flow else None} for run in runs},
-    })
 
 
 def log_estimate(dag: Dag, workspace: Path, jobs: int):

@@ -45,6 +45,17 @@ def test_the_flow_schedule_is_replayed_with_the_cores_shared_out():
     assert plan["report"] == (120, 125, 2)
 
 
+def test_long_stages_that_run_together_share_the_cores_among_themselves():
+    dag = Dag({"spm": Stage("spm"), "pretrain": Stage("pretrain", upstream=("spm",), all_cores=True),
+               "upstream@a": Stage("upstream@a", upstream=("spm",), all_cores=True),
+               "upstream@b": Stage("upstream@b", upstream=("spm",), all_cores=True)})
+    seconds = {"spm": {1: 5, 2: 5}, "pretrain": {1: 100, 2: 60}, "upstream@a": {1: 90, 2: 55},
+               "upstream@b": {1: 100, 2: 60}}
+    plan = simulate_flow(dag, seconds, cores=2, jobs=2)
+    assert plan["pretrain"] == (5, 105, 1) and plan["upstream@a"] == (5, 95, 1)  # not 2 + 2 threads on 2 cores
+    assert plan["upstream@b"] == (95, 195, 1)  # pretrain still runs when it starts: one thread
+
+
 def machine() -> Machine:
     return Machine(cpu={"cpu": "test", "capability": "AVX2", "bf16_native": False, "threads": 2, "cores": 2},
                    device="cpu", startup=3.0,

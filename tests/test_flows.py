@@ -164,8 +164,10 @@ def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_copy):
     table = pipeline(workspace=str(project), targets=["mismatch"])
     assert stage_table(table) == {name: "up-to-date" for name in FIRST}
     assert outputs(project) == before and (project / "dvc.lock").read_text() == lock
-    record = json.loads((project / "data/reports/flow_run.json").read_text())  # what this run did and cost
-    assert {name: stage["outcome"] for name, stage in record["stages"].items()} == {n: "up-to-date" for n in FIRST}
+    record = json.loads((project / "data/reports/flow_run.json").read_text())  # what the sittings did and cost
+    assert record["sittings"][-1]["stages"] == {n: "up-to-date" for n in FIRST}  # this sitting looked them up
+    assert {name: stage["outcome"] for name, stage in record["stages"].items()} == {n: "ran" for n in FIRST}
+    assert len(record["sittings"]) == 2 and all(record["stages"][n]["seconds"] > 0 for n in FIRST)
 
 
 @e2e
@@ -262,6 +264,9 @@ def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_
     assert "not run: after" in str(err.value) and "\n" not in str(err.value)
     assert (toy_project / "data/attempts-broken").read_text() == "2"  # retried once
     assert not (toy_project / "data/attempts-after").exists()
+    record = json.loads((toy_project / "data/reports/flow_run.json").read_text())  # the cost, failure included
+    assert {name: stage["outcome"] for name, stage in record["stages"].items()} == {
+        "flaky": "ran", "sibling": "ran", "broken": "failed"}
     for ok in ("sibling", "flaky"):  # succeeded in the failed run: in dvc.lock and DVC's cache
         assert run(["dvc", "status", ok], toy_project).stdout.strip() == "Data and pipelines are up to date."
     (toy_project / "data/sibling.txt").unlink()

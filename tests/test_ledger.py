@@ -46,6 +46,14 @@ def test_the_ledger_holds_the_run_and_names_the_machine(tmp_path):
     assert "10.0 min wall (estimated 9.0)" in readme
 
 
+def test_a_run_over_several_sittings_says_so(tmp_path):
+    root = finished(tmp_path / "ws")
+    (root / "data/reports/flow_run.json").write_text(json.dumps(
+        {"jobs": 2, "wall_seconds": 7200.0, "expected_flow_seconds": 5400.0, "sittings": [{}, {}, {}]}))
+    readme = (collect(root, root / "results/default", "default", CPU) / "README.md").read_text()
+    assert "120.0 min wall over 3 sittings (estimated 90.0)" in readme
+
+
 def test_a_second_collection_replaces_the_first_whole(tmp_path):
     root = finished(tmp_path / "ws")
     out = collect(root, root / "results/default", "default", CPU)

@@ -50,7 +50,9 @@ def machine_line(cpu: dict, layout: dict[str, dict], run: dict | None) -> str:
             f"{cpu.get('cores', '?')} cores; device {'/'.join(devices)}; training threads {'/'.join(threads) or '?'}"
             f"; precision {'/'.join(precisions) or '?'}")
     if run:
+        sittings = len(run.get("sittings") or [None])
         line += (f"; Prefect flow, {run['jobs']} stages at once, {run['wall_seconds'] / 60:.1f} min wall"
+                 + (f" over {sittings} sittings" if sittings > 1 else "")
                  + (f" (estimated {run['expected_flow_seconds'] / 60:.1f})" if run.get("expected_flow_seconds")
                     else ""))
     return line
