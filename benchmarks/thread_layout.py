@@ -1,4 +1,6 @@
-"""Two one-thread fine-tunes side by side against one fine-tune with every core (how the flow schedules).
+"""Two one-thread fine-tunes side by side against one fine-tune with every core (how the flow schedules), and
+against two fine-tunes with every core each (what two long stages side by side did before the flow shared the
+cores among them).
 
     python benchmarks/thread_layout.py                 # 40 updates each, after 5 warm-up updates
     python benchmarks/thread_layout.py --updates 80 --cores 2
@@ -8,8 +10,10 @@ Each worker is a separate process that fine-tunes the pipeline's pretrained mode
 settings (batches, bf16, Adam) with train_throughput.py's timed loop of vocabridge/nmt/train.py's step, and
 reports its target tokens/s.
 Layout A: one process with `--cores` threads. Layout B: `--cores` processes with one thread each, started
-together. Printed: target tokens/s of each layout (B summed over its processes) and the ratio B / A: above 1,
-running independent fine-tunes side by side with one thread each finishes the matrix sooner.
+together. Layout C: `--cores` processes with `--cores` threads each (more torch threads than cores). Printed:
+target tokens/s of each layout (B and C summed over their processes), the ratio B / A (above 1: running
+independent fine-tunes side by side with one thread each finishes the matrix sooner) and B / C (above 1:
+stages side by side should share the cores rather than take them all each).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def worker(threads: int, updates: int, warm: int) -> dict:
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.nmt.data import Parallel
     from vocabridge.nmt.model import load_model
+    from vocabridge.nmt.precision import resolve_bf16
 
     torch.set_num_threads(threads)
     params = load_params()
@@ -39,8 +44,9 @@ def worker(threads: int, updates: int, warm: int) -> dict:
     corpus = Path("data/corpora/downstream")
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
                            src, tgt, cfg.max_len)
-    tokens_per_s, _ = ours(model, src, tgt, data, cfg, updates, warm)  # train_throughput.py's timed loop
-    return {"threads": threads, "tokens_per_s": tokens_per_s}
+    bf16 = resolve_bf16(cfg.bf16, torch.device("cpu")).bf16  # as the fine-tune decides it on this CPU
+    timed = ours(model, src, tgt, data, cfg, updates, warm, bf16)  # train_throughput.py's timed loop
+    return {"threads": threads, "tokens_per_s": timed["tokens_per_s"]}
 
 
 def run_layout(processes: int, threads: int, updates: int, warm: int) -> float:
@@ -58,6 +64,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=40)
     parser.add_argument("--warm", type=int, default=5)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--skip-oversubscribed", action="store_true", help="leave out layout C")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -69,6 +76,10 @@ def main() -> None:
     print(f"A: 1 process x {args.cores} threads:  {one:8.0f} target tokens/s")
     print(f"B: {args.cores} processes x 1 thread: {side:8.0f} target tokens/s (summed)")
     print(f"ratio B / A: {side / one:.2f}x")
+    if not args.skip_oversubscribed:
+        over = run_layout(args.cores, args.cores, args.updates, args.warm)
+        print(f"C: {args.cores} processes x {args.cores} threads: {over:8.0f} target tokens/s (summed)")
+        print(f"ratio B / C: {side / over:.2f}x")
 
 
 if __name__ == "__main__":
