@@ -18,6 +18,13 @@ class Clock:
         return self.now
 
 
+def ran(record: RunRecord, clock: Clock, stage: str, seconds: float, outcome: str = "ran") -> None:
+    """`stage` starts, takes `seconds` of the clock and ends with `outcome`."""
+    record.start(stage)
+    clock.now += seconds
+    record.finish(StageRun(stage, outcome, seconds, clock.now - seconds))
+
+
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     clock = Clock()
@@ -29,9 +36,7 @@ def test_a_sitting_cut_off_leaves_its_cost_and_the_next_one_adds_to_it(tmp_path,
     path = tmp_path / "flow_run.json"
     estimate = SimpleNamespace(flow={"prepare": (0.0, 25.0, 1), "pretrain": (25.0, 925.0, 2)}, flow_seconds=925.0)
     first = RunRecord(path, estimate, jobs=2, cores=2)
-    first.start("prepare")
-    clock.now += 30
-    first.finish(StageRun("prepare", "ran", 30.0, clock.now - 30))
+    ran(first, clock, "prepare", 30.0)
     first.start("pretrain")
     clock.now += 600
     first.save()  # the minute tick; then the sitting is cut off, nothing more is written
@@ -43,12 +48,8 @@ def test_a_sitting_cut_off_leaves_its_cost_and_the_next_one_adds_to_it(tmp_path,
 
     clock.now += 3600  # the machine is idle until the next sitting
     second = RunRecord(path, None, jobs=2, cores=2)
-    second.start("prepare")
-    clock.now += 2
-    second.finish(StageRun("prepare", "up-to-date", 2.0, clock.now - 2))
-    second.start("pretrain")
-    clock.now += 400
-    second.finish(StageRun("pretrain", "ran", 400.0, clock.now - 400))  # resumed from its checkpoint
+    ran(second, clock, "prepare", 2.0, "up-to-date")
+    ran(second, clock, "pretrain", 400.0)  # resumed from its checkpoint
     second.save()
     record = json.loads(path.read_text())
     assert record["stages"]["prepare"]["outcome"] == "ran" and record["stages"]["prepare"]["seconds"] == 30.0
@@ -63,14 +64,10 @@ def test_a_sitting_cut_off_leaves_its_cost_and_the_next_one_adds_to_it(tmp_path,
 def test_a_stage_run_again_replaces_its_old_cost_and_a_failure_is_kept(tmp_path, clock):
     path = tmp_path / "flow_run.json"
     first = RunRecord(path, None, jobs=1, cores=2)
-    for stage, seconds in (("spm", 20.0), ("finetune", 50.0)):
-        first.start(stage)
-        clock.now += seconds
-        first.finish(StageRun(stage, "ran", seconds, clock.now - seconds))
+    ran(first, clock, "spm", 20.0)
+    ran(first, clock, "finetune", 50.0)
     second = RunRecord(path, None, jobs=1, cores=2)  # params changed: spm runs again, finetune fails
-    second.start("spm")
-    clock.now += 25
-    second.finish(StageRun("spm", "ran", 25.0, clock.now - 25))
+    ran(second, clock, "spm", 25.0)
     second.start("finetune")
     clock.now += 5
     second.fail("finetune")
