@@ -97,7 +97,7 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
         threads = threads_per_stage(min(jobs, len(running) + len(ready)))
         # Long stages share the cores among themselves: two pretrainings with every core each would run
         # twice as many torch threads as there are cores.
-        heavy = sum(dag.stages[n].all_cores for n in running) + sum(dag.stages[n].all_cores for n in ready)
+        heavy = sum(dag.stages[n].all_cores for n in [*running, *ready])
         heavy_threads = threads_per_stage(min(jobs, max(1, heavy)))
         for name, stage in list(pending.items()):
             upstream = [u for u in stage.upstream if u in dag.stages]
