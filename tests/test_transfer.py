@@ -206,6 +206,12 @@ def test_word2vec_learns_new_rows_in_the_model_space_around_fixed_shared_rows(si
     assert cos(x, a) > cos(x, d) and cos(y, d) > cos(y, a)
     again = word2vec(texted, knobs(), np.random.default_rng(0), Cbow(epochs=30)).apply(side.emb)
     np.testing.assert_array_equal(rows, again)  # one thread: the same rows every time
+    # scale: norm gives the learned rows the pretrained rows' mean norm, directions unchanged
+    scaled = word2vec(texted, knobs(scale="norm"), np.random.default_rng(0), Cbow(epochs=30))
+    learned = np.stack([rows[NEW.index("▁x")], rows[NEW.index("▁y")]])
+    factor = np.linalg.norm(side.emb, axis=1).mean() / np.linalg.norm(learned, axis=1).mean()
+    assert scaled.stats["scale"] == pytest.approx(factor, rel=1e-5)
+    np.testing.assert_allclose(scaled.apply(side.emb)[NEW.index("▁x")], factor * x, rtol=1e-5)
     with pytest.raises(InputError, match="text"):
         word2vec(Side(side.name, OLD, NEW, side.emb), knobs(), np.random.default_rng(0))
 

@@ -231,8 +231,8 @@ class TransferMethod:
     max_members: int | None = None  # avg-eg/att-eg/patt-eg: size cap of Sm(w) (subwords + hyperwords)
     patt_scale: Literal["paper", "code"] | None = None  # patt-eg: keep Eq. 3's 1/|Sm(w)| (paper) or not (code)
     fwet_weights: Literal["softmax", "normalized"] | None = None  # fwet: softmax of raw counts (paper) or shares
-    scale: Literal["none", "norm"] | None = None  # va-cbow/va-linear: CBOW vectors as they are (the paper; None
-    #                                               too) or scaled to the pretrained rows' mean norm
+    scale: Literal["none", "norm"] | None = None  # va-cbow/va-linear/word2vec: CBOW vectors as they are (the
+    #                                               papers; None too) or scaled to the pretrained rows' mean norm
     seed: int | None = None  # the row's seed: random new rows, fine-tuning's batches and dropout (deterministic
     #                          initialisations ignore it); None: finetune.train.seed
     train_pairs: int | None = None  # fine-tune on N downstream pairs (a seeded sample; the low-resource regime);

@@ -52,12 +52,14 @@ def random_init(side: Side, knobs, rng: np.random.Generator) -> Plan:
     return builder.build(rng)
 
 
-def norm_scale(side: Side, knobs) -> float:
-    """`scale: norm`: the factor that gives the CBOW vectors the mean norm of the pretrained rows (an orthogonal
-    map keeps norms, and CBOW vectors are often an order of magnitude longer); 1 for `none` (the paper)."""
+def norm_scale(side: Side, knobs, vectors: np.ndarray | None = None) -> float:
+    """`scale: norm`: the factor that gives the CBOW vectors (or `vectors`) the mean norm of the pretrained rows
+    (an orthogonal map keeps norms, and CBOW vectors are often an order of magnitude longer: a tied output
+    layer then predicts the new tokens everywhere); 1 for `none` (the paper)."""
     if knobs.scale in (None, "none"):
         return 1.0
-    _, vectors = side.aux_rows(np.arange(len(side.new_tokens)))
+    if vectors is None:
+        _, vectors = side.aux_rows(np.arange(len(side.new_tokens)))
     return float(np.linalg.norm(side.emb, axis=1).mean() / max(np.linalg.norm(vectors, axis=1).mean(), 1e-12))
 
 
@@ -234,9 +236,13 @@ def word2vec(side: Side, knobs, rng: np.random.Generator, cfg=None) -> Plan:
     kv = train_cbow(side.text, side.new_sp, side.emb.shape[1], cfg, f"{side.name} (word2vec)", fixed)
     builder = PlanBuilder(side, "copy")
     todo = [i for i in builder.todo.tolist() if side.new_tokens[i] in kv.key_to_index]
+    scale = 1.0
     if todo:
-        builder.vector(np.array(todo), np.stack([kv[side.new_tokens[i]] for i in todo]).astype(np.float32))
-    return builder.build(rng, anchors=sum(token in kv.key_to_index for token in fixed), learned=len(todo))
+        vectors = np.stack([kv[side.new_tokens[i]] for i in todo]).astype(np.float32)
+        scale = norm_scale(side, knobs, vectors)  # fixed neighbours do not fix the learned rows' length
+        builder.vector(np.array(todo), vectors * scale)
+    return builder.build(rng, anchors=sum(token in kv.key_to_index for token in fixed), learned=len(todo),
+                         **({"scale": round(scale, 6)} if scale != 1.0 else {}))
 
 
 def char_ngrams(token: str, sizes: range = range(3, 7)) -> list[str]:
