@@ -63,12 +63,17 @@ def norm_scale(side: Side, knobs, vectors: np.ndarray | None = None) -> float:
     return float(np.linalg.norm(side.emb, axis=1).mean() / max(np.linalg.norm(vectors, axis=1).mean(), 1e-12))
 
 
+def scale_stats(scale: float) -> dict[str, float]:
+    """The plan's record of a `norm_scale` factor: nothing when the vectors went in as they are."""
+    return {"scale": round(scale, 6)} if scale != 1.0 else {}
+
+
 def cbow(side: Side, knobs, rng: np.random.Generator) -> Plan:
     builder = PlanBuilder(side, knobs.shared)
     ids, vectors = side.aux_rows(builder.todo)
     scale = norm_scale(side, knobs)
     builder.vector(ids, vectors * scale)
-    return builder.build(rng, **({"scale": round(scale, 6)} if scale != 1.0 else {}))
+    return builder.build(rng, **scale_stats(scale))
 
 
 def linear(side: Side, knobs, rng: np.random.Generator) -> Plan:
@@ -81,7 +86,7 @@ def linear(side: Side, knobs, rng: np.random.Generator) -> Plan:
     builder.vector(ids, (vectors * scale) @ w)
     residual = float(np.linalg.norm(x @ w - side.emb[old_ids]) / max(np.linalg.norm(side.emb[old_ids]), 1e-12))
     return builder.build(rng, anchors=len(old_ids), fit_relative_residual=round(residual, 4),
-                         **({"scale": round(scale, 6)} if scale != 1.0 else {}))
+                         **scale_stats(scale))
 
 
 def anchors(side: Side, knobs, rng: np.random.Generator, *, select: Literal["knn", "all", "pieces"],
@@ -242,7 +247,7 @@ def word2vec(side: Side, knobs, rng: np.random.Generator, cfg=None) -> Plan:
         scale = norm_scale(side, knobs, vectors)  # fixed neighbours do not fix the learned rows' length
         builder.vector(np.array(todo), vectors * scale)
     return builder.build(rng, anchors=sum(token in kv.key_to_index for token in fixed), learned=len(todo),
-                         **({"scale": round(scale, 6)} if scale != 1.0 else {}))
+                         **scale_stats(scale))
 
 
 def char_ngrams(token: str, sizes: range = range(3, 7)) -> list[str]:
