@@ -66,6 +66,13 @@ class Dag:
                     todo.append(up)
         return seen
 
+    def core_shares(self, cores: int, jobs: int, busy: list[str]) -> tuple[int, int]:
+        """Torch threads for a short and for a long (`all_cores`) stage started while the stages in `busy`
+        (running or ready) compete: short stages share the cores with every busy stage, long stages only with
+        the other long ones (two pretrainings with every core each would run twice as many threads as cores)."""
+        long_ = sum(self.stages[n].all_cores for n in busy)
+        return max(1, cores // max(1, min(jobs, len(busy)))), max(1, cores // max(1, min(jobs, long_)))
+
     def match(self, patterns: list[str]) -> list[str]:
         """Stage names matching shell-style patterns (`finetune@*`); an unmatched pattern is an error."""
         found: list[str] = []

@@ -2,7 +2,7 @@
 
 vocabridge.estimate measures the machine and prices one stage; here the stages are laid over dvc.yaml's DAG
 two ways: one after another with every core (`dvc repro`), and as the Prefect flow schedules them (`jobs`
-stages at once, the cores shared out by `threads_per_stage`, pretrain and generator on every core).
+stages at once, the cores shared out by `Dag.core_shares`, pretrain and generator on every core).
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ def simulate_flow(dag: Dag, seconds: dict[str, dict[int, float]], cores: int, jo
     now = 0.0
     while pending or running:
         ready = [n for n in pending if all(u in done for u in dag.stages[n].upstream if u in dag.stages)]
-        shared = max(1, cores // max(1, min(jobs, len(running) + len(ready))))
-        heavy = sum(dag.stages[n].all_cores for n in [*running, *ready])
-        heavy_threads = max(1, cores // max(1, min(jobs, heavy)))
+        shared, heavy_threads = dag.core_shares(cores, jobs, [*running, *ready])
         for name in ready:
             if len(running) >= jobs:
                 break

@@ -94,11 +94,7 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
     remote_names = set(dag.match(remote["stages"])) if remote and remote["stages"] else set()
     while pending or running:
         ready = [n for n, s in pending.items() if all(u in done for u in s.upstream if u in dag.stages)]
-        threads = threads_per_stage(min(jobs, len(running) + len(ready)))
-        # Long stages share the cores among themselves: two pretrainings with every core each would run
-        # twice as many torch threads as there are cores.
-        heavy = sum(dag.stages[n].all_cores for n in [*running, *ready])
-        heavy_threads = threads_per_stage(min(jobs, max(1, heavy)))
+        threads, heavy_threads = stage_threads(dag, jobs, [*running, *ready])
         for name, stage in list(pending.items()):
             upstream = [u for u in stage.upstream if u in dag.stages]
             if any(u in failed or u in not_run for u in upstream):
@@ -185,13 +181,14 @@ def share_cores(jobs: int) -> int:
     return jobs if jobs > 0 else max(2, min(4, cores()))
 
 
-def threads_per_stage(at_once: int) -> int | None:
-    """Torch threads for a stage started while `at_once` stages run or are ready ($VOCABRIDGE_THREADS of the
-    stage; compute.threads: 0 reads it): the cores shared out, so that a stage alone (pretrain) gets them all
-    and two fine-tunes side by side get half each. None when the user set $VOCABRIDGE_THREADS themselves."""
+def stage_threads(dag: Dag, jobs: int, busy: list[str]) -> tuple[int, int] | tuple[None, None]:
+    """Torch threads for a short and a long stage started while the stages in `busy` run or are ready
+    ($VOCABRIDGE_THREADS of the stage; compute.threads: 0 reads it): the cores shared out (`Dag.core_shares`),
+    so that a stage alone (pretrain) gets them all and two fine-tunes side by side get half each. None when the
+    user set $VOCABRIDGE_THREADS themselves."""
     if os.environ.get("VOCABRIDGE_THREADS"):
-        return None
-    return max(1, cores() // max(1, at_once))
+        return None, None
+    return dag.core_shares(cores(), jobs, busy)
 
 
 @flow(name="vocabridge", task_runner=ThreadPoolTaskRunner(max_workers=16))
@@ -205,7 +202,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
     With a `profile` other than the workspace's or with `overrides` (`key=value`, as `dvc exp run -S`), the
     run is a DVC experiment in its own clone: the workspace's params.yaml and outputs stay as they were.
     `jobs` stages run at once (0: one per core, 2 to 4); the cores are shared out among the stages that run
-    (`threads_per_stage`), since on a CPU two one-thread trainings outrun one two-thread training.
+    (`stage_threads`), since on a CPU two one-thread trainings outrun one two-thread training.
     """
     logger = get_run_logger()
     jobs = share_cores(jobs)

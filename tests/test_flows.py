@@ -20,7 +20,7 @@ import yaml  # noqa: E402
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowFilter, FlowFilterName  # noqa: E402
 from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 
-from flows.dag import load_dag  # noqa: E402
+from flows.dag import Dag, Stage, load_dag  # noqa: E402
 from flows.errors import FlowError, StageError  # noqa: E402
 from flows.pipeline import pipeline, sweep  # noqa: E402
 from tests.conftest import copy_project, copy_workspace, run  # noqa: E402
@@ -63,14 +63,22 @@ def outputs(project: Path) -> dict[str, float]:
 def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
     import flows.pipeline as fp
 
+    dag = Dag({"pretrain": Stage("pretrain", all_cores=True), "upstream@a": Stage("upstream@a", all_cores=True),
+               **{f"finetune@{m}": Stage(f"finetune@{m}") for m in "abcd"}})
     monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
     monkeypatch.setattr(fp, "cores", lambda: 2)
     assert fp.share_cores(0) == 2 and fp.share_cores(3) == 3
-    assert [fp.threads_per_stage(n) for n in (0, 1, 2, 4)] == [2, 2, 1, 1]  # alone: all; side by side: half
+    # alone: every core; side by side: half each
+    assert fp.stage_threads(dag, 2, []) == (2, 2) and fp.stage_threads(dag, 2, ["finetune@a"]) == (2, 2)
+    assert fp.stage_threads(dag, 2, ["finetune@a", "finetune@b"]) == (1, 2)
+    assert fp.stage_threads(dag, 2, ["finetune@a", "finetune@b", "finetune@c", "finetune@d"]) == (1, 2)
+    # a long stage shares only with the other long stages
+    assert fp.stage_threads(dag, 2, ["pretrain", "finetune@a", "finetune@b"]) == (1, 2)
+    assert fp.stage_threads(dag, 2, ["pretrain", "upstream@a"]) == (1, 1)
     monkeypatch.setattr(fp, "cores", lambda: 16)
-    assert fp.share_cores(0) == 4 and fp.threads_per_stage(4) == 4
+    assert fp.share_cores(0) == 4 and fp.stage_threads(dag, 4, list(dag.stages)[2:]) == (4, 16)
     monkeypatch.setenv("VOCABRIDGE_THREADS", "3")
-    assert fp.threads_per_stage(2) is None  # the user's own setting wins
+    assert fp.stage_threads(dag, 2, ["pretrain"]) == (None, None)  # the user's own setting wins
 
 
 def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
