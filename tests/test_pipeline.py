@@ -543,6 +543,15 @@ def test_a_backtranslated_row_fine_tunes_on_the_backward_models_translations_too
     plain = json.loads((tiny_copy / "data/metrics/finetune/ft-srcv.json").read_text())
     assert tuned["backtranslated_pairs"] == stats["pairs"]
     assert plain["train_pairs"] < tuned["train_pairs"] <= plain["train_pairs"] + stats["pairs"]
+    params["evaluate"]["decoder"] = "transformers"  # the decoder a GPU uses: transformers' beam search, same output
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run(["dvc", "repro", "--single-item", "backtranslate"], tiny_copy)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    again = json.loads((tiny_copy / "data/corpora/backtranslated/stats.json").read_text())
+    assert stats["decoder"] == "ctranslate2" and again["decoder"] == "transformers"
+    german_again = lines(tiny_copy / "data/corpora/backtranslated/train.de")
+    assert abs(again["pairs"] - stats["pairs"]) <= 3
+    assert sum(a == b for a, b in zip(german, german_again, strict=False)) >= 0.9 * len(german)
     params["backtranslation"]["upstream"] = "base"
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     proc = run(["python", "-m", "stages.backtranslate"], tiny_copy)
