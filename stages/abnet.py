@@ -35,9 +35,10 @@ def main(argv: list[str]) -> None:
     if name not in params.abnets:
         raise ConfigError(f"params.yaml: abnets: no entry '{name}' (entries: {sorted(params.abnets)})")
     spec, sponsored = params.abnets[name], sponsored_settings(params, name)
-    use_compute(params.compute)
+    device = use_compute(params.compute)
     model, source_tokenizer, target_tokenizer = new_abnet(paths.PLMS / lang.src, paths.PLMS / lang.tgt, cfg.adapters,
                                                           spec.plms, cfg.train.seed, spec.decoder, sponsored)
+    model.to(device)  # made on the CPU (the same initial weights everywhere), trained on compute.device
     plots, metrics = paths.PLOTS / "abnet" / name, paths.METRICS / "abnet" / f"{name}.json"
     summary: dict = {"updates": 0, "stopped": "no upstream training (abnets.NAME.upstream: false)"}
     state = State()

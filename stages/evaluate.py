@@ -32,6 +32,7 @@ def main(argv: list[str]) -> None:
     abnet = (paths.finetuned(method) / "abnet.json").is_file()  # an AB-Net row: Mask-Predict or AB-Net-Enc's search
     if abnet:
         model, src, tgt = load_abnet(paths.finetuned(method))
+        model.to(device)
     else:
         model, src, tgt = load_model(paths.finetuned(method), str(device))
     corpus = paths.CORPORA / "downstream"

@@ -42,6 +42,7 @@ def main(argv: list[str]) -> None:
     device = use_compute(params.compute)
     if abnet:
         model, src, tgt = load_abnet(init)
+        model.to(device)
         weights = init / "adapters.safetensors"
     else:
         model, src, tgt = load_model(init, str(device))

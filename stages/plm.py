@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     spec = params.plms[code]
     out, curve = paths.PLMS / code, paths.PLOTS / "plm" / code / "curve.csv"
     metrics = paths.METRICS / "plm" / f"{code}.json"
-    use_compute(params.compute)
+    device = use_compute(params.compute)
     if spec.model:
         model, tokenizer = load_bert(Path(spec.model))
         save_bert(model, tokenizer, out)
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
     model = build_bert(cfg.arch, tokenizer, cfg.train.seed)
     ids = encode_sentences(tokenizer, text, cfg.train.max_len)
     trainer = MlmTrainer(model, tokenizer, ids, encode_sentences(tokenizer, held_out, cfg.train.max_len), cfg.train,
-                         checkpoints, fingerprint, f"plm {code}")
+                         checkpoints, fingerprint, f"plm {code}", device)
     state = trainer.train()
     save_bert(model, tokenizer, out)
     write_curve(state.curve, curve)
@@ -72,7 +72,8 @@ def main(argv: list[str]) -> None:
     summary = {"updates": state.step, "train_sentences": len(ids), "vocab_size": len(tokenizer),
                "held_out_sentences": len(trainer.held_out), "held_out_loss": last["held_out_loss"],
                "held_out_accuracy": last["held_out_accuracy"], "train_seconds": round(state.seconds, 1),
-               "parameters": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads()}
+               "parameters": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
+               "device": str(device)}
     write_json(metrics, summary)
     print(summary)
 

@@ -176,7 +176,7 @@ def beam_search(model: ABNetEnc, source: torch.Tensor, source_keep: torch.Tensor
     most `max_len` pieces and never more than the decoder has positions for."""
     max_len = min(max_len, model.decoder.config.max_position_embeddings - 2)
     out = model.decoder.generate(
-        input_ids=torch.full((len(source), 1), special["cls"], dtype=torch.long),
+        input_ids=torch.full((len(source), 1), special["cls"], dtype=torch.long, device=source.device),
         encoder_hidden_states=model.encode(source, source_keep), encoder_attention_mask=source_keep,
         past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()), num_beams=beam, do_sample=False,
         length_penalty=length_penalty, max_new_tokens=max_len + 1, eos_token_id=special["sep"],
@@ -244,17 +244,17 @@ def mask_predict(model, source: torch.Tensor, source_keep: torch.Tensor, special
     lengths = length_logits.topk(k, dim=-1).indices.reshape(-1)  # [B*k]
     encoded = encoded.repeat_interleave(k, dim=0)
     source_padding = source_padding.repeat_interleave(k, dim=0)
-    rows, width = len(lengths), int(lengths.max()) + 2
-    positions = torch.arange(width)[None, :]
+    rows, width, device = len(lengths), int(lengths.max()) + 2, source.device
+    positions = torch.arange(width, device=device)[None, :]
     inner = (positions >= 1) & (positions <= lengths[:, None])
-    tokens = torch.full((rows, width), pad_id, dtype=torch.long)
+    tokens = torch.full((rows, width), pad_id, dtype=torch.long, device=device)
     tokens[:, 0] = cls_id
     tokens[inner] = mask_id
-    tokens[torch.arange(rows), lengths + 1] = sep_id
+    tokens[torch.arange(rows, device=device), lengths + 1] = sep_id
     keep = (tokens != pad_id).long()
-    scores = torch.zeros(rows, width)
-    active = torch.ones(rows, dtype=torch.bool)
-    ran = torch.zeros(rows, dtype=torch.long)
+    scores = torch.zeros(rows, width, device=device)
+    active = torch.ones(rows, dtype=torch.bool, device=device)
+    ran = torch.zeros(rows, dtype=torch.long, device=device)
     banned = [cls_id, sep_id, mask_id, pad_id]
     for t in range(iterations):
         if t == 0:
@@ -263,7 +263,8 @@ def mask_predict(model, source: torch.Tensor, source_keep: torch.Tensor, special
             n = lengths * (iterations - t) // iterations
             confidence = scores.masked_fill(~inner, torch.inf)
             order = confidence.argsort(dim=1)
-            rank = torch.empty_like(order).scatter_(1, order, torch.arange(width).expand(rows, -1).contiguous())
+            rank = torch.empty_like(order).scatter_(1, order,
+                                                    torch.arange(width, device=device).expand(rows, -1).contiguous())
             masked = (rank < n[:, None]) & inner & active[:, None]
             active &= n > 0
             if not masked.any():

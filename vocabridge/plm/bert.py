@@ -155,9 +155,12 @@ class MlmTrainer:
     """Masked-LM pretraining with a held-out learning curve; resumes exactly from its last checkpoint."""
 
     def __init__(self, model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase, train: list[list[int]],
-                 held_out: list[list[int]], cfg: MlmTraining, ckpt_dir: Path, fingerprint: dict, name: str):
+                 held_out: list[list[int]], cfg: MlmTraining, ckpt_dir: Path, fingerprint: dict, name: str,
+                 device: torch.device | str = "cpu"):
         if not train:
             raise InputError(f"{name}: no training text")
+        self.device = torch.device(device)
+        model.to(self.device)  # before the optimizer is made, so that its state lives there too
         self.model, self.tokenizer, self.train_ids, self.cfg, self.name = model, tokenizer, train, cfg, name
         self.held_out = held_out[: cfg.held_out_sentences]
         self.ckpt_dir, self.fingerprint = Path(ckpt_dir), fingerprint
@@ -172,13 +175,15 @@ class MlmTrainer:
     def _batch(self, ids: list[list[int]], generator_seed: int | None = None) -> dict[str, torch.Tensor]:
         features = [{"input_ids": x} for x in ids]
         if generator_seed is None:
-            return self.collate(features)
-        rng = torch.get_rng_state()  # the held-out masks are the same at every evaluation
-        torch.manual_seed(generator_seed)
-        try:
-            return self.collate(features)
-        finally:
-            torch.set_rng_state(rng)
+            batch = self.collate(features)
+        else:
+            rng = torch.get_rng_state()  # the held-out masks are the same at every evaluation
+            torch.manual_seed(generator_seed)
+            try:
+                batch = self.collate(features)
+            finally:
+                torch.set_rng_state(rng)
+        return {k: v.to(self.device) for k, v in batch.items()}
 
     @torch.inference_mode()
     def evaluate(self) -> tuple[float, float]:
@@ -202,7 +207,7 @@ class MlmTrainer:
                         {"state": asdict(self.state), "scheduler": sched, "fingerprint": self.fingerprint})
 
     def _resume(self) -> bool:
-        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.model, self.optimizer, "cpu")
+        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.model, self.optimizer, self.device)
         if saved is None:
             return False
         self.scheduler.load_state_dict(self.scheduler.state_dict() | saved["scheduler"])

@@ -260,8 +260,8 @@ def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.
     """Left-to-right greedy decoding from [CLS] until [SEP] (at most `max_len` pieces); pieces without
     [CLS]/[SEP]."""
     prefixes = Prefixes(model, model.encode(source, source_keep)[0], source_keep)
-    out = torch.full((len(source), 1), special["cls"], dtype=torch.long)
-    done = torch.zeros(len(source), dtype=torch.bool)
+    out = torch.full((len(source), 1), special["cls"], dtype=torch.long, device=source.device)
+    done = torch.zeros(len(source), dtype=torch.bool, device=source.device)
     for step in range(max_len + 1):
         chosen = restrict(prefixes.extend(out[:, -1]), special, step == max_len).argmax(-1)
         chosen = chosen.masked_fill(done, special["pad"])
@@ -286,11 +286,11 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
     max_len = min(max_len, model.target_bert.config.max_position_embeddings - 2)
     if beam == 1:
         return greedy_search(model, source, source_keep, special, max_len)
-    sentences = len(source)
+    sentences, device = len(source), source.device
     r_s, _ = model.encode(source, source_keep)
     prefixes = Prefixes(model, r_s.repeat_interleave(beam, 0), source_keep.repeat_interleave(beam, 0))
-    seqs = torch.full((sentences * beam, 1), special["cls"], dtype=torch.long)
-    scores = torch.full((sentences, beam), -torch.inf)
+    seqs = torch.full((sentences * beam, 1), special["cls"], dtype=torch.long, device=device)
+    scores = torch.full((sentences, beam), -torch.inf, device=device)
     scores[:, 0] = 0.0  # one live hypothesis to start from
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(sentences)]
     done = [False] * sentences
@@ -298,7 +298,7 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
         logits = restrict(prefixes.extend(seqs[:, -1]), special, step == max_len)
         vocab = logits.shape[1]
         candidates = (scores.reshape(-1, 1) + logits.log_softmax(-1)).reshape(sentences, beam * vocab)
-        top, index = candidates.topk(2 * beam, dim=1)
+        top, index = (t.cpu() for t in candidates.topk(2 * beam, dim=1))  # read in Python, entry by entry
         rows, tokens, kept = [], [], torch.full((sentences, beam), -torch.inf)
         for b in range(sentences):
             alive = 0
@@ -323,7 +323,7 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
                 alive += 1
         if all(done):
             break
-        seqs = torch.cat([seqs[rows], torch.tensor(tokens)[:, None]], dim=1)
-        prefixes.select(torch.tensor(rows))
-        scores = kept
+        seqs = torch.cat([seqs[rows], torch.tensor(tokens, device=device)[:, None]], dim=1)
+        prefixes.select(torch.tensor(rows, device=device))
+        scores = kept.to(device)
     return [f[0][1] if f else [] for f in finished]

@@ -60,7 +60,7 @@ def translate_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, ta
     """Translations of `sentences` (batches of similar length, output in input order): Mask-Predict for AB-Net,
     beam search (`beam`, `length_penalty`) for AB-Net-Enc and the PLM-sponsored model; and the speed figures the
     evaluate stage reports for every row."""
-    was_training = model.training
+    was_training, device = model.training, next(model.parameters()).device
     model.eval()
     ids = source_tokenizer(sentences, add_special_tokens=True, truncation=True,
                            max_length=model.source_bert.config.max_position_embeddings - 1)["input_ids"]
@@ -71,7 +71,7 @@ def translate_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, ta
     started = time.perf_counter()
     for start in range(0, len(order), decoding.batch_sentences):
         chunk = order[start : start + decoding.batch_sentences]
-        source, keep = pad_sources([ids[i] for i in chunk], source_tokenizer.pad_token_id)
+        source, keep = (t.to(device) for t in pad_sources([ids[i] for i in chunk], source_tokenizer.pad_token_id))
         if isinstance(model, (ABNetEnc, PlmSponsored)):
             search = beam_search if isinstance(model, ABNetEnc) else sponsored_beam_search
             pieces = search(model, source, keep, special_ids(target_tokenizer), beam, length_penalty,
@@ -140,7 +140,7 @@ class AbnetTrainer(Trainer):
 
     def _dev_batch(self, idx: np.ndarray, start: int) -> tuple[float, int]:
         """The conditional masked-LM loss with fixed masks, weighted by sentences."""
-        batch = self._masked_batch(self.dev_data, idx, 7919 + start)
+        batch = {k: v.to(self.device) for k, v in self._masked_batch(self.dev_data, idx, 7919 + start).items()}
         loss, _ = cmlm_loss(self.model, batch["source"], batch["source_keep"], batch, 0.0, self.length_weight)
         return loss.item(), len(idx)
 
@@ -165,6 +165,7 @@ class AbnetEncTrainer(AbnetTrainer):
         source, keep = pad_sources([self.dev_data.src[i] for i in idx], self.src.pad_token_id)
         target, target_keep = pad_sources([self.dev_data.tgt[i] for i in idx], self.tgt.pad_token_id)
         pieces = int(target_keep[:, 1:].sum())
+        source, keep, target, target_keep = (t.to(self.device) for t in (source, keep, target, target_keep))
         return self._dev_pieces_loss(source, keep, target, target_keep).item(), pieces
 
 
@@ -196,7 +197,7 @@ def fit_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, target_t
               ckpt_dir: Path, fingerprint: dict, name: str, decoding: MaskPredict,
               length_weight: float = 1.0) -> tuple[State, dict]:
     """Train a model of two BERTs (AB-Net, AB-Net-Enc, the PLM-sponsored model) on corpus/train.{src,tgt} with
-    dev selection; leaves the best weights in `model`."""
+    dev selection, on the device the model is on; leaves the best weights in `model`."""
     data = encode_pairs(source_tokenizer, target_tokenizer, read_text_lines(corpus / f"train.{lang.src}"),
                         read_text_lines(corpus / f"train.{lang.tgt}"), cfg.max_len)
     if not len(data):
@@ -216,6 +217,6 @@ def fit_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, target_t
         "train_pairs": len(data), "target_tokens_seen": state.target_tokens, "train_seconds": round(state.seconds, 1),
         "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
         "trainable_parameters": trainable, "parameters": sum(p.numel() for p in model.parameters()),
-        "precision": "fp32", "threads": torch.get_num_threads(),
+        "precision": "fp32", "threads": torch.get_num_threads(), "device": str(trainer.device),
     }
     return state, summary
