@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -29,7 +30,7 @@ def test_masked_lm_pretraining_runs_on_the_device_and_resumes_there(tokenizer, t
     ids = encode_sentences(tokenizer, GERMAN, 40)
     cfg = MlmTraining(max_updates=6, batch_sentences=8, lr=1e-3, warmup=2, eval_every=3, checkpoint_every=3,
                       held_out_sentences=6)
-    first = MlmTrainer(build_bert(TINY, tokenizer, seed=1), tokenizer, ids, ids[:6], replace_updates(cfg, 3),
+    first = MlmTrainer(build_bert(TINY, tokenizer, seed=1), tokenizer, ids, ids[:6], replace(cfg, max_updates=3),
                        tmp_path, {"run": 1}, "t", CUDA)
     first.train()
     resumed = MlmTrainer(build_bert(TINY, tokenizer, seed=1), tokenizer, ids, ids[:6], cfg, tmp_path, {"run": 1},
@@ -38,12 +39,6 @@ def test_masked_lm_pretraining_runs_on_the_device_and_resumes_there(tokenizer, t
     assert all(p.device.type == CUDA.type for p in resumed.model.parameters())
     assert [row["step"] for row in state.curve] == [0, 3, 6]
     assert state.curve[-1]["held_out_loss"] < state.curve[0]["held_out_loss"]
-
-
-def replace_updates(cfg: MlmTraining, updates: int) -> MlmTraining:
-    from dataclasses import replace
-
-    return replace(cfg, max_updates=updates)
 
 
 @pytest.mark.parametrize("kind", ["mask-predict", "abnet-enc", "plm-nmt"])
