@@ -3,22 +3,20 @@ language by the backward upstream model (Sennrich et al. 2016; Sato et al. 2020'
 
 Runs only when a listed row has `transfer.ROW.backtranslated: true`; otherwise it writes an empty corpus. The
 backward model is `upstreams.<backtranslation.upstream>` (an entry with `reverse: true`), decoded by beam search
-with the evaluate stage's decoder (`evaluate.decoder`: CTranslate2, or transformers' search, which runs on a GPU
-too). Writes data/corpora/backtranslated/{train.SRC,train.TGT,stats.json}: the machine-made sources beside the
-real target sentences; lines with an empty translation are left out.
+with the evaluate stage's decoder and precision (`evaluate.decoder`: CTranslate2, or transformers' search, which
+runs on a GPU too, in `evaluate.bf16`). Writes data/corpora/backtranslated/{train.SRC,train.TGT,stats.json}: the
+machine-made sources beside the real target sentences; lines with an empty translation are left out.
 """
 
 from __future__ import annotations
 
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
-from vocabridge.ct2 import translate_ct2
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 from vocabridge.fileio import atomic_dir, write_json, write_lines
-from vocabridge.nmt.model import load_model
 from vocabridge.nmt.train import threads_of, use_compute
-from vocabridge.nmt.translate import translate
+from vocabridge.nmt.translate import ModelTranslator
 from vocabridge.transfer import knobs_for
 
 
@@ -38,18 +36,15 @@ def main(argv: list[str]) -> None:
             raise ConfigError(f"{mono}: no downstream monolingual text in {lang.tgt} to back-translate")
         targets = read_text_lines(mono)
         targets = targets[: cfg.sentences] if cfg.sentences else targets
-        device = use_compute(params.compute)
-        if params.evaluate.decoder == "ctranslate2":
-            sources, speed = translate_ct2(paths.upstream(cfg.upstream), targets, beam=cfg.beam,
-                                           batch_tokens=cfg.batch_tokens, threads=threads_of(params.compute.threads),
-                                           device=device.type)
-        else:  # fp32, as the evaluate stage's default (evaluate.bf16: false)
-            model, src, tgt = load_model(paths.upstream(cfg.upstream), str(device))
-            sources, speed = translate(model, src, tgt, targets, beam=cfg.beam, batch_tokens=cfg.batch_tokens)
+        translator = ModelTranslator(paths.upstream(cfg.upstream), params.evaluate.decoder,
+                                     use_compute(params.compute), params.evaluate.bf16,
+                                     threads_of(params.compute.threads))
+        sources, speed = translator(targets, beam=cfg.beam, batch_tokens=cfg.batch_tokens)
         kept = [(s, t) for s, t in zip(sources, targets, strict=True) if s.strip()]
         pairs = ([s for s, _ in kept], [t for _, t in kept])
         stats |= {"pairs": len(kept), "monolingual_lines": len(targets), "backward_model": cfg.upstream,
-                  "beam": cfg.beam, "decoder": params.evaluate.decoder, **speed}
+                  "beam": cfg.beam, "decoder": params.evaluate.decoder, **translator.precision.as_metrics(),
+                  **speed}
     with atomic_dir(paths.BACKTRANSLATED) as tmp:
         write_lines(tmp / f"train.{lang.src}", pairs[0])
         write_lines(tmp / f"train.{lang.tgt}", pairs[1])

@@ -17,10 +17,9 @@ from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.evaluate import score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
-from vocabridge.nmt.model import load_model
-from vocabridge.nmt.precision import Precision, resolve_bf16
+from vocabridge.nmt.precision import Precision
 from vocabridge.nmt.train import threads_of, use_compute
-from vocabridge.nmt.translate import translate
+from vocabridge.nmt.translate import ModelTranslator
 from vocabridge.plm.abnet import load_abnet, model_kind
 from vocabridge.plm.train import translate_abnet
 
@@ -30,37 +29,27 @@ def main(argv: list[str]) -> None:
     cfg, lang = params.evaluate, params.lang
     device = use_compute(params.compute)
     abnet = (paths.finetuned(method) / "abnet.json").is_file()  # an AB-Net row: Mask-Predict or AB-Net-Enc's search
+    decoder = cfg.decoder
     if abnet:
-        model, src, tgt = load_abnet(paths.finetuned(method))
-        model.to(device)
+        model, src, tgt = load_abnet(paths.finetuned(method), device)
+        precision = Precision(False, "AB-Net decodes in fp32")
+        decoder = {"abnet-enc": "transformers (AB-Net-Enc)", "plm-nmt": "beam search (PLM-sponsored)"}.get(
+            model_kind(model), "mask-predict")
     else:
-        model, src, tgt = load_model(paths.finetuned(method), str(device))
+        translator = ModelTranslator(paths.finetuned(method), cfg.decoder, device, cfg.bf16,
+                                     threads_of(params.compute.threads))
+        src, tgt, precision = translator.src, translator.tgt, translator.precision
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
-    precision = Precision(False, "ctranslate2 (its own default compute type)")
-    if cfg.decoder != "ctranslate2":
-        precision = resolve_bf16(cfg.bf16, device)
 
     def decode(lines: list[str], one_at_a_time: bool = False) -> tuple[list[str], dict]:
         if abnet:
             decoding = replace(params.abnet.decoding, batch_sentences=1) if one_at_a_time else params.abnet.decoding
             return translate_abnet(model, src, tgt, lines, decoding, beam=cfg.beam, length_penalty=cfg.length_penalty)
         batch_tokens = 1 if one_at_a_time else cfg.batch_tokens  # a batch holds at least one sentence
-        if cfg.decoder == "ctranslate2":
-            from vocabridge.ct2 import translate_ct2
-
-            return translate_ct2(paths.finetuned(method), lines, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                                 batch_tokens=batch_tokens, threads=threads_of(params.compute.threads),
-                                 device=device.type)
-        return translate(model, src, tgt, lines, beam=cfg.beam, length_penalty=cfg.length_penalty,
-                         batch_tokens=batch_tokens, bf16=precision.bf16)
+        return translator(lines, beam=cfg.beam, length_penalty=cfg.length_penalty, batch_tokens=batch_tokens)
 
     hyps, speed = decode(sources)
-    decoder = cfg.decoder
-    if abnet:
-        precision = Precision(False, "AB-Net decodes in fp32")
-        decoder = {"abnet-enc": "transformers (AB-Net-Enc)", "plm-nmt": "beam search (PLM-sponsored)"}.get(
-            model_kind(model), "mask-predict")
     if cfg.latency_sentences:
         _, single = decode(sources[: cfg.latency_sentences], one_at_a_time=True)
         speed["latency_ms"] = round(1000 * single["seconds"] / max(1, min(len(sources), cfg.latency_sentences)), 1)

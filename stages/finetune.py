@@ -41,8 +41,7 @@ def main(argv: list[str]) -> None:
     cfg = params.abnet.finetune if abnet else cfg
     device = use_compute(params.compute)
     if abnet:
-        model, src, tgt = load_abnet(init)
-        model.to(device)
+        model, src, tgt = load_abnet(init, device)
         weights = init / "adapters.safetensors"
     else:
         model, src, tgt = load_model(init, str(device))

@@ -82,3 +82,18 @@ def test_dev_bleu_through_ctranslate2_equals_transformers_and_leaves_the_model_a
     assert ct == hf
     assert model.generation_config is kept and model.config.to_dict() == config
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_model_translator_decodes_a_directory_alike_with_either_decoder(model_dir):
+    """evaluate and backtranslate decode through ModelTranslator: the same greedy outputs either way, and each
+    says what precision it used."""
+    from vocabridge.nmt.translate import ModelTranslator
+
+    path, _, _, _ = model_dir
+    torch.set_num_threads(1)
+    by_ct2 = ModelTranslator(path, "ctranslate2", torch.device("cpu"), threads=1)
+    by_hf = ModelTranslator(path, "transformers", torch.device("cpu"), bf16=False)
+    assert by_ct2(LINES, beam=1, batch_tokens=300)[0] == by_hf(LINES, beam=1, batch_tokens=300)[0]
+    assert len(by_hf.src) == len(by_ct2.src) and len(by_hf.tgt) == len(by_ct2.tgt)
+    assert by_ct2.precision.as_metrics()["precision"] == "fp32"
+    assert by_hf.precision.as_metrics() == {"precision": "fp32", "precision_reason": "bf16: false"}

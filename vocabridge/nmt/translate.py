@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 from transformers import MarianMTModel
 
+from vocabridge.nmt.model import load_model
+from vocabridge.nmt.precision import Precision, resolve_bf16
 from vocabridge.nmt.vocab import Vocab
 
 
@@ -50,3 +53,28 @@ def translate(model: MarianMTModel, src: Vocab, tgt: Vocab, lines: list[str], *,
     lengths = [sum(1 for t in x if t > 1 and t != tgt.pad_id) for x in out]
     return hyps, {"seconds": round(seconds, 3), "sentences_per_second": round(len(lines) / max(seconds, 1e-9), 2),
                   "mean_output_tokens": round(float(np.mean(lengths)) if lengths else 0.0, 2)}
+
+
+class ModelTranslator:
+    """A model directory decoded as `evaluate.decoder` says, so that every stage that translates (evaluate,
+    backtranslate) decodes alike: CTranslate2 (converted from the directory on first use; its own compute type) or
+    transformers' search on `device`, in bf16 where `bf16` (evaluate.bf16: auto | true | false) resolves to it."""
+
+    def __init__(self, model_dir: Path, decoder: str, device: torch.device, bf16: bool | str = False,
+                 threads: int = 1):
+        self.model_dir, self.decoder, self.threads = Path(model_dir), decoder, threads
+        self.device = torch.device(device)
+        self.model, self.src, self.tgt = load_model(self.model_dir, str(self.device))
+        self.precision = (Precision(False, "ctranslate2 (its own default compute type)") if decoder == "ctranslate2"
+                          else resolve_bf16(bf16, self.device))
+
+    def __call__(self, lines: list[str], *, beam: int, length_penalty: float = 1.0,
+                 batch_tokens: int = 4000) -> tuple[list[str], dict]:
+        """Hypotheses in input order and speed figures, as `translate` gives them."""
+        if self.decoder == "ctranslate2":
+            from vocabridge.ct2 import translate_ct2
+
+            return translate_ct2(self.model_dir, lines, beam=beam, length_penalty=length_penalty,
+                                 batch_tokens=batch_tokens, threads=self.threads, device=self.device.type)
+        return translate(self.model, self.src, self.tgt, lines, beam=beam, length_penalty=length_penalty,
+                         batch_tokens=batch_tokens, bf16=self.precision.bf16)

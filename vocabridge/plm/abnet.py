@@ -337,8 +337,9 @@ def save_abnet(model, out: Path, source_tokenizer, target_tokenizer) -> None:
         write_json(tmp / "abnet.json", meta)
 
 
-def load_abnet(path: Path):
-    """The model (ABNet or ABNetEnc) and both tokenizers of a save_abnet directory (safetensors only)."""
+def load_abnet(path: Path, device: torch.device | str = "cpu"):
+    """The model (ABNet, ABNetEnc or PlmSponsored) on `device` and both tokenizers of a save_abnet directory
+    (safetensors only)."""
     from transformers import AutoTokenizer
 
     from vocabridge.plm.bert import load_bert
@@ -367,7 +368,7 @@ def load_abnet(path: Path):
     missing = model.load_state_dict(load_file(str(path / "adapters.safetensors")), strict=False)
     if missing.unexpected_keys:
         raise InputError(f"{path}/adapters.safetensors: unexpected tensors {missing.unexpected_keys[:3]}")
-    return model, source_tokenizer, target_tokenizer
+    return model.to(device), source_tokenizer, target_tokenizer
 
 
 def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool, seed: int,
