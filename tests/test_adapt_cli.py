@@ -123,6 +123,14 @@ def test_adapt_then_finetune_then_translate_a_users_model(user_files):
                       str(hyp), "--beam", "2", "--threads", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(hyp.read_text(encoding="utf-8").split("\n")[:-1]) == len(DE_BIBLE)
+    greedy = {}
+    for decoder in ("ctranslate2", "transformers"):  # the same greedy outputs by either decoder
+        greedy[decoder] = user_files / f"greedy-{decoder}.en"
+        proc = vocabridge("translate", "--model", str(tuned), "--input", str(user_files / "bible.de"), "--output",
+                          str(greedy[decoder]), "--beam", "1", "--threads", "1", "--decoder", decoder,
+                          "--device", "cpu")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert greedy["ctranslate2"].read_text(encoding="utf-8") == greedy["transformers"].read_text(encoding="utf-8")
     short = user_files / "short.en"
     short.write_text("\n".join(EN_BIBLE[:5]) + "\n", encoding="utf-8")
     proc = vocabridge("finetune", "--model", str(adapted), *pairs[:2], "--tgt-train", str(short), *pairs[4:],

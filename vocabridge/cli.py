@@ -228,17 +228,23 @@ def train_generator(args: argparse.Namespace) -> dict:
 
 
 def translate(args: argparse.Namespace) -> dict:
-    """`vocabridge translate`: CTranslate2 beam search, plain text in and out (stdout without --output)."""
+    """`vocabridge translate`: beam search by the evaluate stage's decoders (CTranslate2, or transformers' search on
+    a GPU too), plain text in and out (stdout without --output)."""
     import sys
 
+    import torch
+
     from vocabridge.corpora.user import read_text_lines
-    from vocabridge.ct2 import translate_ct2
     from vocabridge.fileio import atomic_file
-    from vocabridge.nmt.train import threads_of
+    from vocabridge.nmt.train import device_of, threads_of
+    from vocabridge.nmt.translate import ModelTranslator
 
     lines = read_text_lines(args.input)
-    hyps, speed = translate_ct2(args.model, lines, beam=args.beam, length_penalty=args.length_penalty,
-                                batch_tokens=args.batch_tokens, threads=threads_of(args.threads))
+    torch.set_num_threads(threads_of(args.threads))
+    translator = ModelTranslator(args.model, args.decoder, device_of(args.device), args.bf16,
+                                 threads_of(args.threads))
+    hyps, speed = translator(lines, beam=args.beam, length_penalty=args.length_penalty,
+                             batch_tokens=args.batch_tokens)
     if args.output:
         with atomic_file(args.output) as handle:
             handle.write("".join(f"{h}\n" for h in hyps))
@@ -423,9 +429,9 @@ def main(argv: list[str]) -> None:
     tg.add_argument("--threads", type=int, default=0, help="torch threads; 0: every core (default 0)")
     tg.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda (default auto)")
     tg.add_argument("--seed", type=int, default=1, help="batches and re-segmentation (default 1)")
-    tr = sub.add_parser("translate", help="translate plain text with a Marian/OPUS-MT model (CTranslate2 beam search)",
-                        description="One sentence per line in, one translation per line out, in input order; the "
-                                    "model directory is converted to CTranslate2 on the fly.")
+    tr = sub.add_parser("translate", help="translate plain text with a Marian/OPUS-MT model (beam search)",
+                        description="One sentence per line in, one translation per line out, in input order; with "
+                                    "the CTranslate2 decoder the model directory is converted on the fly.")
     tr.add_argument("--model", type=Path, required=True, help="the Marian/OPUS-MT directory")
     tr.add_argument("--input", type=Path, required=True, help="source text, one sentence per line")
     tr.add_argument("--output", type=Path, default=None, help="where to write the translations (default stdout)")
@@ -433,6 +439,11 @@ def main(argv: list[str]) -> None:
     tr.add_argument("--length-penalty", type=float, default=1.0, help="length penalty (default 1.0)")
     tr.add_argument("--batch-tokens", type=int, default=4000, help="tokens x beam per batch (default 4000)")
     tr.add_argument("--threads", type=int, default=0, help="CPU threads; 0: every core (default 0)")
+    tr.add_argument("--decoder", choices=["ctranslate2", "transformers"], default="ctranslate2",
+                    help="as evaluate.decoder: ctranslate2 (fast on a CPU) or transformers (default ctranslate2)")
+    tr.add_argument("--device", default="auto", help="transformers' device: auto, cpu, cuda, cuda:N (default auto)")
+    tr.add_argument("--bf16", choices=["auto", "true", "false"], default="false",
+                    help="transformers only, as evaluate.bf16 (default false: scores independent of the CPU)")
     est = sub.add_parser(
         "estimate", help="measure this machine (under a minute) and print each stage's expected wall time",
         description="Time a few training updates of the profile's models at the flow's thread layout, greedy and "
