@@ -134,6 +134,10 @@ def format_estimate(est: Estimate, profile: str) -> str:
     lines += ["", f"expected wall time: Prefect flow (`python -m flows.pipeline`, {est.jobs} stages at once) "
                   f"{_minutes(est.flow_seconds)}; `dvc repro` (one stage at a time) {_minutes(est.repro_seconds)}",
               "(for a quiet machine; installs are not included)"]
+    if m.device != "cpu" and est.jobs > 1:
+        lines.append("note: on one GPU the stages that run at once take turns on it, and the flow's figure assumes "
+                     "they do not slow each other: a flow priced at 9.2 min with 4 at once ran about 16 min on an "
+                     "H100 (results/plm-gpu-attempt); plan between the two totals")
     if m.load > 0.5 * est.cores:
         lines.append(f"warning: the load average was {m.load:.1f} on {est.cores} cores while measuring: other work "
                      "shared the CPU and every figure is too high; `vocabridge estimate --fresh` on a quiet machine")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from flows.dag import Dag, Stage
-from flows.estimate import simulate_flow
+from flows.estimate import Estimate, format_estimate, simulate_flow
 from vocabridge.config import Params, UpstreamModel, apply_profile, parse
 from vocabridge.estimate import (
     DVC_OVERHEAD,
@@ -165,3 +165,14 @@ def test_prefect_imported_through_flows_keeps_the_tests_own_home():
     from tests.flows_helpers import quiet_prefect_home
 
     assert get_current_settings().home == quiet_prefect_home() != Path.home() / ".prefect"
+
+
+def test_on_a_gpu_the_estimate_says_the_flows_figure_ignores_turn_taking():
+    on_cpu = Estimate(machine(), {"pretrain": 60.0}, {"pretrain": (0.0, 60.0, 2)}, cores=2, jobs=2)
+    assert "take turns" not in format_estimate(on_cpu, "tiny")
+    on_gpu = machine()
+    on_gpu.device = "cuda"
+    text = format_estimate(Estimate(on_gpu, {"pretrain": 60.0}, {"pretrain": (0.0, 60.0, 2)}, cores=2, jobs=2), "t")
+    assert "take turns" in text and "results/plm-gpu-attempt" in text
+    alone = format_estimate(Estimate(on_gpu, {"pretrain": 60.0}, {"pretrain": (0.0, 60.0, 2)}, cores=2, jobs=1), "t")
+    assert "take turns" not in alone
