@@ -240,9 +240,9 @@ def translate(args: argparse.Namespace) -> dict:
     from vocabridge.nmt.translate import ModelTranslator
 
     lines = read_text_lines(args.input)
-    torch.set_num_threads(threads_of(args.threads))
-    translator = ModelTranslator(args.model, args.decoder, device_of(args.device), args.bf16,
-                                 threads_of(args.threads))
+    threads = threads_of(args.threads)
+    torch.set_num_threads(threads)
+    translator = ModelTranslator(args.model, args.decoder, device_of(args.device), args.bf16, threads)
     hyps, speed = translator(lines, beam=args.beam, length_penalty=args.length_penalty,
                              batch_tokens=args.batch_tokens)
     if args.output:

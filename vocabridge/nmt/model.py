@@ -82,13 +82,18 @@ def check_model_dir(path: Path) -> None:
 
 def load_model(path: Path, device: str = "cpu") -> tuple[MarianMTModel, Vocab, Vocab]:
     """Model and vocabularies from a directory, weights from safetensors only."""
+    src, tgt = load_vocabs(path)
+    return MarianMTModel.from_pretrained(Path(path), use_safetensors=True).to(device), src, tgt
+
+
+def load_vocabs(path: Path) -> tuple[Vocab, Vocab]:
+    """The source and target vocabularies of a model directory, without its weights."""
     path = Path(path)
     check_model_dir(path)
-    model = MarianMTModel.from_pretrained(path, use_safetensors=True).to(device)
     src = Vocab.from_files(path / "source.spm", path / "vocab.json")
     target_vocab = path / "target_vocab.json"  # OPUS-MT models with one shared vocabulary have none
     tgt = Vocab.from_files(path / "target.spm", target_vocab if target_vocab.is_file() else path / "vocab.json")
-    return model, src, tgt
+    return src, tgt
 
 
 def copy_model_dir(src: Path, out: Path) -> None:

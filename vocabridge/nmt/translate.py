@@ -10,7 +10,7 @@ import torch
 from tqdm import tqdm
 from transformers import MarianMTModel
 
-from vocabridge.nmt.model import load_model
+from vocabridge.nmt.model import load_model, load_vocabs
 from vocabridge.nmt.precision import Precision, resolve_bf16
 from vocabridge.nmt.vocab import Vocab
 
@@ -64,9 +64,12 @@ class ModelTranslator:
                  threads: int = 1):
         self.model_dir, self.decoder, self.threads = Path(model_dir), decoder, threads
         self.device = torch.device(device)
-        self.model, self.src, self.tgt = load_model(self.model_dir, str(self.device))
-        self.precision = (Precision(False, "ctranslate2 (its own default compute type)") if decoder == "ctranslate2"
-                          else resolve_bf16(bf16, self.device))
+        if decoder == "ctranslate2":  # CTranslate2 reads the directory itself: the vocabularies only
+            self.model, (self.src, self.tgt) = None, load_vocabs(self.model_dir)
+            self.precision = Precision(False, "ctranslate2 (its own default compute type)")
+        else:
+            self.model, self.src, self.tgt = load_model(self.model_dir, str(self.device))
+            self.precision = resolve_bf16(bf16, self.device)
 
     def __call__(self, lines: list[str], *, beam: int, length_penalty: float = 1.0,
                  batch_tokens: int = 4000) -> tuple[list[str], dict]:
