@@ -140,6 +140,28 @@ def test_resume_continues_exactly_where_the_checkpoint_left_off(tmp_path, vocabs
     assert not other._resume()  # another configuration never resumes a foreign checkpoint
 
 
+def test_a_kill_while_a_checkpoint_replaces_the_last_resumes_from_the_one_before(tmp_path, vocabs, data,
+                                                                                  monkeypatch):
+    """atomic_dir moves `last` aside before moving the new one in; killed between the two renames (at the
+    checkpoint of update 8), the run resumes from the set-aside checkpoint of update 4, not from update 0."""
+    from tests.test_fileio import kill_on_rename
+
+    full_model, _, full = trained(tmp_path, vocabs, data, name="full")
+    kill_on_rename(monkeypatch, "last", 3)  # `last` is written at updates 0, 4 and 8
+    with pytest.raises(KeyboardInterrupt):
+        trained(tmp_path, vocabs, data, name="killed")
+    ckpt = tmp_path / "killed"
+    assert not (ckpt / "last").exists() and any(p.name.startswith(".last.old-") for p in ckpt.iterdir())
+    model = build_model(ARCH, *vocabs, seed=99)  # a different init: everything must come from the checkpoint
+    trainer = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), TRAIN, ckpt, {"cfg": "killed"}, "again")
+    assert trainer._resume() and trainer.state.step == 4
+    resumed = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), TRAIN, ckpt, {"cfg": "killed"}, "again").train()
+    assert resumed.step == 12 and [r["loss"] for r in resumed.loss_log] == [r["loss"] for r in full.loss_log]
+    for (name, p), q in zip(full_model.state_dict().items(), model.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    assert not [p for p in ckpt.iterdir() if p.name.startswith(".")]  # nothing set aside is left behind
+
+
 def same_ids(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 

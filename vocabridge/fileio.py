@@ -15,16 +15,23 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
+def _set_aside(target: Path) -> Path:
+    return target.with_name(f".{target.name}.old-{os.getpid()}")
+
+
 @contextlib.contextmanager
 def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty temporary directory that replaces `target` only if the block succeeds."""
+    """Yield an empty temporary directory that replaces `target` only if the block succeeds.
+
+    A directory cannot be swapped in one rename: the old `target` is moved aside first. A kill between the two
+    renames leaves no `target` but the set-aside copy, which `recover_dir` puts back (resume calls it)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield tmp
         if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            old = _set_aside(target)
             os.replace(target, old)
             os.replace(tmp, target)
             shutil.rmtree(old, ignore_errors=True)
@@ -33,6 +40,23 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def recover_dir(target: str | os.PathLike) -> bool:
+    """Put back the copy of `target` that an interrupted `atomic_dir` moved aside, when `target` is missing.
+
+    Returns whether `target` exists now. Of several set-aside copies (several kills), the one moved aside last
+    is the newest complete version; the others are removed."""
+    target = Path(target)
+    if target.exists():
+        return True
+    copies = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.stat().st_ctime_ns)
+    if not copies:
+        return False
+    os.replace(copies[-1], target)  # a rename sets the moved directory's ctime: the last one moved aside
+    for stale in copies[:-1]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return True
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.fileio import atomic_dir, recover_dir, write_json
 
 FORMAT = 2  # the layout above; a folder of another layout is not resumed
 
@@ -46,6 +46,7 @@ def save_checkpoint(ckpt_dir: Path, module: torch.nn.Module, optimizer: torch.op
 
 def resumable(ckpt_dir: Path, fingerprint: dict) -> bool:
     """Whether ckpt_dir/last belongs to this configuration (what load_checkpoint would resume)."""
+    recover_dir(Path(ckpt_dir) / "last")  # a kill in the middle of the last save moved it aside
     state = Path(ckpt_dir) / "last" / "state.json"
     if not state.is_file():
         return False
@@ -59,6 +60,7 @@ def load_checkpoint(ckpt_dir: Path, fingerprint: dict, module: torch.nn.Module, 
     configuration and return its record; None when there is none. The checkpoints of another configuration or
     layout are removed (all of ckpt_dir), so that training starts afresh instead of resuming something else."""
     folder = Path(ckpt_dir) / "last"
+    recover_dir(folder)  # a kill between atomic_dir's two renames leaves the previous checkpoint set aside
     if not (folder / "state.json").is_file():
         return None
     record = json.loads((folder / "state.json").read_text(encoding="utf-8"))

@@ -30,7 +30,7 @@ from transformers import MarianMTModel, get_inverse_sqrt_schedule
 
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import VocabridgeError
-from vocabridge.fileio import atomic_dir
+from vocabridge.fileio import atomic_dir, recover_dir
 from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
 from vocabridge.nmt.model import use_fast_attention
@@ -210,6 +210,7 @@ class Trainer:
         saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.model, self.optimizer, self.device)
         if saved is None:
             return False
+        recover_dir(self.ckpt_dir / "best")  # the best weights that `last`'s state names, if a kill set them aside
         self.scheduler.load_state_dict(self.scheduler.state_dict() | saved["scheduler"])
         for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
             group["lr"] = lr
