@@ -9,6 +9,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -118,14 +119,39 @@ def download_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("downloads")
 
 
+@dataclass(frozen=True)
+class FlowRun:
+    """A finished run of the Prefect flow: its workspace, its Markdown result, the task runs the server recorded
+    (by stage name) and the flow run's id."""
+
+    project: Path
+    table: str
+    tasks: dict
+    flow_run_id: object
+
+
+def finished_flow(project: Path, **kwargs) -> FlowRun:
+    """Run the pipeline flow in-process (Prefect's ephemeral mode) on `project` and return it, completed."""
+    from flows.pipeline import pipeline
+    from tests.flows_helpers import task_runs
+
+    state = pipeline(workspace=str(project), return_state=True, **kwargs)
+    assert state.is_completed(), state.message
+    return FlowRun(project, state.result(), task_runs(state), state.state_details.flow_run_id)
+
+
 @pytest.fixture(scope="session")
-def tiny_project(tmp_path_factory, download_cache) -> Path:
-    """The tiny profile's DAG, reproduced once for the whole session from real downloads. Read only: a test
-    that reruns stages, edits params or runs experiments works on `tiny_copy`."""
-    project = copy_project(tmp_path_factory.mktemp("tiny") / "project", downloads=download_cache)
-    proc = run(["dvc", "repro"], project)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return project
+def tiny_flow(tmp_path_factory, download_cache) -> FlowRun:
+    """The tiny profile's whole DAG, run once for the session by the Prefect flow (one `dvc repro --single-item`
+    per stage, two at a time) from real downloads. It serves every e2e test that reads a finished workspace and
+    the flow tests that read a finished flow run. Read only: a test that reruns stages, edits params or runs
+    experiments works on `tiny_copy`."""
+    return finished_flow(copy_project(tmp_path_factory.mktemp("tiny") / "project", downloads=download_cache))
+
+
+@pytest.fixture(scope="session")
+def tiny_project(tiny_flow) -> Path:
+    return tiny_flow.project
 
 
 @pytest.fixture

@@ -101,3 +101,15 @@ def stage_table(markdown: str) -> dict[str, str]:
     rows = [ln.strip("|").split("|") for ln in part.splitlines() if ln.startswith("| ") and "---" not in ln]
     return {cells[0].strip(): cells[1].strip() for cells in rows[1:]}
 
+
+
+def task_runs(state) -> dict:
+    """The task runs of a finished flow run, by name, as the Prefect server recorded them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.sorting import TaskRunSort
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[
+            state.state_details.flow_run_id])), sort=TaskRunSort.EXPECTED_START_TIME_ASC, limit=200)
+    return {r.name: r for r in runs}

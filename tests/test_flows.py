@@ -17,7 +17,13 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowFilter, FlowFilterName  # noqa: E402
+from prefect.client.schemas.filters import (  # noqa: E402
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+    FlowFilter,
+    FlowFilterName,
+)
 from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 
 from flows.dag import Dag, Stage, load_dag  # noqa: E402
@@ -38,18 +44,6 @@ from tests.flows_helpers import (  # noqa: E402
 e2e = pytest.mark.e2e
 FIRST = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch"]
 REPORT_ARTIFACT = ArtifactFilter(key=ArtifactFilterKey(any_=["vocabridge-report"]))
-
-
-def task_runs(state) -> dict:
-    """The task runs of a finished flow run, by name, as the Prefect server recorded them."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.client.schemas.sorting import TaskRunSort
-
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[
-            state.state_details.flow_run_id])), sort=TaskRunSort.EXPECTED_START_TIME_ASC, limit=100)
-    return {r.name: r for r in runs}
 
 
 def outputs(project: Path) -> dict[str, float]:
@@ -116,35 +110,32 @@ def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
         dag.select(targets=["nosuch"])
 
 
-# The flow on a tiny-profile workspace (Prefect's ephemeral mode).
-
-@pytest.fixture(scope="module")
-def flow_run(tmp_path_factory, download_cache):
-    """The flow run once on a fresh tiny workspace up to `mismatch`. Read only: tests that run flows again
-    work on `flow_copy`."""
-    project = copy_project(tmp_path_factory.mktemp("flow") / "project", profile="tiny", downloads=download_cache)
-    state = pipeline(workspace=str(project), targets=["mismatch"], return_state=True)
-    assert state.is_completed(), state.message
-    return project, state.result(), task_runs(state)
-
+# The flow on the tiny profile's workspace (Prefect's ephemeral mode): the session's run of the whole DAG.
 
 @pytest.fixture
-def flow_copy(flow_run, tmp_path) -> Path:
-    """This test's own copy of the flow's workspace (its git state committed)."""
-    return copy_workspace(flow_run[0], tmp_path / "project")
+def flow_copy(tiny_project, tmp_path) -> Path:
+    """This test's own copy of the flow's finished workspace (its git state committed)."""
+    return copy_workspace(tiny_project, tmp_path / "project")
+
+
+def overlapping(tasks: dict) -> list[tuple[str, str]]:
+    """The pairs of task runs whose run times overlapped."""
+    spans = sorted((t.start_time, t.end_time, name) for name, t in tasks.items())
+    return [(a, b) for i, (_, end_a, a) in enumerate(spans) for start_b, _, b in spans[i + 1:] if start_b < end_a]
 
 
 @e2e
-def test_flow_runs_every_stage_through_dvc_in_dependency_order(flow_run):
-    project, table, tasks = flow_run
-    assert stage_table(table) == {name: "ran" for name in FIRST}
-    assert run(["dvc", "status", "mismatch"], project).stdout.strip() == "Data and pipelines are up to date."
+def test_flow_runs_every_stage_through_dvc_in_dependency_order(tiny_flow):
+    project, table, tasks = tiny_flow.project, tiny_flow.table, tiny_flow.tasks
+    dag = load_dag(project)
+    assert stage_table(table) == {name: "ran" for name in dag.order}
+    assert run(["dvc", "status"], project).stdout.strip() == "Data and pipelines are up to date."
     lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
-    assert set(FIRST) <= set(lock)
+    assert set(lock) == set(dag.order)
     report = json.loads((project / "data/reports/mismatch.json").read_text())
     assert f"| data/reports/mismatch.json | de.fertility.new | {report['de']['fertility']['new']} |" in table
-    assert set(tasks) == set(FIRST) and all(t.state_type == "COMPLETED" for t in tasks.values())
-    for name, stage in load_dag(project).select(targets=["mismatch"]).stages.items():
+    assert set(tasks) == set(dag.order) and all(t.state_type == "COMPLETED" for t in tasks.values())
+    for name, stage in dag.stages.items():
         assert "stage:" + name.split("@")[0] in tasks[name].tags
         for up in stage.upstream:
             assert tasks[up].end_time <= tasks[name].start_time, (up, name)
@@ -153,16 +144,19 @@ def test_flow_runs_every_stage_through_dvc_in_dependency_order(flow_run):
     # DVC processes overlap as well depends on Prefect's thread start-up on a loaded machine: the tiny
     # prepare stages last about 2 s.)
     assert up.expected_start_time < down.end_time and down.expected_start_time < up.end_time
+    # two at a time on two cores: over 46 stages, some ran side by side (one at a time, none would)
+    assert overlapping(tasks), "no two stages ran at once"
 
 
 @e2e
-def test_flow_result_is_published_as_markdown_artifact(flow_run):
+def test_flow_result_is_published_as_markdown_artifact(tiny_flow):
     from prefect.client.orchestration import get_client
 
-    _, table, _ = flow_run
+    this_run = ArtifactFilter(key=ArtifactFilterKey(any_=["vocabridge-report"]),
+                              flow_run_id=ArtifactFilterFlowRunId(any_=[tiny_flow.flow_run_id]))
     with get_client(sync_client=True) as client:
-        found = client.read_artifacts(artifact_filter=REPORT_ARTIFACT, sort=ArtifactSort.CREATED_DESC, limit=5)
-    assert found and found[0].type == "markdown" and found[0].data == table
+        found = client.read_artifacts(artifact_filter=this_run, sort=ArtifactSort.CREATED_DESC, limit=5)
+    assert len(found) == 1 and found[0].type == "markdown" and found[0].data == tiny_flow.table
 
 
 @e2e
@@ -174,8 +168,9 @@ def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_copy):
     assert outputs(project) == before and (project / "dvc.lock").read_text() == lock
     record = json.loads((project / "data/reports/flow_run.json").read_text())  # what the sittings did and cost
     assert record["sittings"][-1]["stages"] == {n: "up-to-date" for n in FIRST}  # this sitting looked them up
-    assert {name: stage["outcome"] for name, stage in record["stages"].items()} == {n: "ran" for n in FIRST}
-    assert len(record["sittings"]) == 2 and all(record["stages"][n]["seconds"] > 0 for n in FIRST)
+    everything = load_dag(project).order  # the first sitting ran the whole DAG
+    assert {name: stage["outcome"] for name, stage in record["stages"].items()} == {n: "ran" for n in everything}
+    assert len(record["sittings"]) == 2 and all(record["stages"][n]["seconds"] > 0 for n in everything)
 
 
 @e2e
@@ -285,11 +280,14 @@ def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_
 # Deployments on a real Prefect server, with the spm stages scaled out to a second work pool.
 
 @e2e
-def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_path, download_cache):
+def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_path, download_cache, tiny_project):
     """`prefect deploy` from prefect.yaml; the `full` deployment runs on a cpu pool and sends spm@* to the
     `gpu` pool, whose worker runs each in its own clone with data through a local-folder DVC remote; then the
-    `ablation` deployment sweeps va-llm's k over 1, 5, 10, 20 on the tiny profile (up to transfer@va-llm), one
-    DVC experiment each."""
+    `ablation` deployment sweeps va-llm's k over 1 and 20 on the tiny profile (up to transfer@va-llm), one
+    DVC experiment each, restoring what k does not change (the pretrained model, CBOW) from DVC's run cache,
+    which holds the session's tiny run."""
+    import shutil
+
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -329,12 +327,16 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
         # that k changes (fine-tuning and evaluating each initial model would add nothing to what is tested here)
         assert run(["git", "add", "-A"], project).returncode == 0
         assert run(["git", "commit", "-qm", "before the sweep"], project).returncode == 0
-        # the sweep's first experiment pretrains the tiny model: 900 s was too short on a 2-core CPU under load
+        # DVC's cache and run cache as a machine that ran the tiny DAG before has them: nothing is pretrained again
+        shutil.copytree(tiny_project / ".dvc/cache", project / ".dvc/cache", dirs_exist_ok=True)
         sweep_params = {"methods": ["va-llm"], "values": ["1", "20"], "targets": ["transfer@va-llm"]}
         proc = prefect_cli(["deployment", "run", "vocabridge-sweep/ablation", "--params", json.dumps(sweep_params),
                             "--watch", "--watch-interval", "2", "--watch-timeout", "1800"], project, env, timeout=1830)
         logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
         assert proc.returncode == 0 and "Completed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:] + logs
+        with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+            swept = [a.data for a in client.read_artifacts(artifact_filter=REPORT_ARTIFACT,
+                                                           sort=ArtifactSort.CREATED_DESC, limit=2)]
     finally:
         for proc in reversed(procs):
             stop(proc)
@@ -352,6 +354,9 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
     ks = {name: exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["transfer"]["va-llm"]["k"]
           for name, exp in experiments.items() if name.startswith("k-")}
     assert ks == {"k-1": 1, "k-20": 20}
+    for table in swept:  # each experiment computed only what k changes
+        outcomes = stage_table(table)
+        assert outcomes["transfer@va-llm"] == "ran" and outcomes["pretrain"] == outcomes["cbow"] == "restored"
 
 
 def test_a_dvc_lock_emptied_by_a_killed_run_is_restored_from_the_last_readable_copy(tmp_path):

@@ -220,22 +220,6 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
 
 
 @e2e
-def test_a_fine_tune_run_again_gives_the_same_bytes_whatever_the_flow_would_give_it(tiny_copy):
-    """finetune.train.threads fixes the fine-tune's threads: rerun from scratch with the flow's two-thread
-    share in the environment, it writes a byte-identical model."""
-    import shutil
-
-    model = "data/models/finetuned/va-llm/model.safetensors"
-    before = sha256_file(tiny_copy / model)
-    shutil.rmtree(tiny_copy / "data/checkpoints/finetune/va-llm")  # no resuming: train again from update 0
-    proc = run(["dvc", "repro", "--force", "--single-item", "finetune@va-llm"], tiny_copy,
-               env=project_env() | {"VOCABRIDGE_THREADS": "2"})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert json.loads((tiny_copy / "data/metrics/finetune/va-llm.json").read_text())["threads"] == 1
-    assert sha256_file(tiny_copy / model) == before
-
-
-@e2e
 def test_transfer_bad_knob_fails_cleanly_and_keeps_the_model(tiny_copy, tmp_path):
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
     params["transfer"] = {"va-llm": {"k": 100000}}
@@ -300,14 +284,33 @@ def ran_stages(stdout: str) -> list[str]:
 
 @e2e
 def test_up_to_date_workspace_runs_nothing_and_forced_reruns_are_byte_identical(tiny_copy):
+    """The session's flow ran the DAG two stages at a time; `dvc repro` one by one, every training started again
+    from update 0 (checkpoints removed), writes the same bytes. Then the fine-tune once more with the flow's
+    two-thread share in the environment and no `compute.threads`: finetune.train.threads keeps it at one thread,
+    so the model is still the same."""
+    import shutil
+
     proc = run(["dvc", "repro"], tiny_copy)
     assert proc.returncode == 0 and "Running stage" not in proc.stdout, proc.stdout
     before = deterministic_outputs(tiny_copy)
+    shutil.rmtree(tiny_copy / "data/checkpoints")  # no resuming: pretrain, generator and fine-tunes train again
     proc = run(["dvc", "repro", "--force", *FORCED], tiny_copy)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ran_stages(proc.stdout) == sorted(FORCED_RUN)
+    assert "resuming from the checkpoint" not in proc.stdout + proc.stderr
     # corpora, tokenizers, trained models, hypotheses and scores come out the same (same seed, CPU)
     assert deterministic_outputs(tiny_copy) == before
+
+    params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
+    params["compute"]["threads"] = 0  # $VOCABRIDGE_THREADS decides, as in a flow's run of the default profile
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    model = "data/models/finetuned/va-llm/model.safetensors"
+    shutil.rmtree(tiny_copy / "data/checkpoints/finetune/va-llm")
+    proc = run(["dvc", "repro", "--force", "--single-item", "finetune@va-llm"], tiny_copy,
+               env=project_env() | {"VOCABRIDGE_THREADS": "2"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads((tiny_copy / "data/metrics/finetune/va-llm.json").read_text())["threads"] == 1
+    assert sha256_file(tiny_copy / model) == before[model]
 
 
 @e2e
@@ -395,14 +398,16 @@ def test_misaligned_user_files(tmp_path):
 
 
 @e2e
-def test_killed_pretraining_resumes_from_its_last_checkpoint(tmp_path, download_cache):
+def test_killed_pretraining_resumes_from_its_last_checkpoint(tiny_copy):
+    import shutil
     import signal
     import subprocess
     import time
 
-    project = copy_project(tmp_path / "project", profile="tiny", downloads=download_cache)
-    proc = run(["dvc", "repro", "spm@upstream"], project)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    project = tiny_copy  # its corpora and vocabularies; the pretrained model and its checkpoints removed
+    models = project / "data/models"
+    shutil.rmtree(models / "upstream/base")
+    shutil.rmtree(project / "data/checkpoints/pretrain")
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["pretrain"]["train"].update(max_updates=120, checkpoint_every=10, eval_every=1000)
     (project / "params.yaml").write_text(yaml.safe_dump(params))
@@ -418,9 +423,9 @@ def test_killed_pretraining_resumes_from_its_last_checkpoint(tmp_path, download_
     child.send_signal(signal.SIGKILL)
     child.wait()
     killed_at = json.loads(state.read_text())["state"]["step"]
-    models = project / "data/models"
     assert not (models / "upstream" / "base").exists()
-    assert not list(models.glob(".*")), "a half-written model was left behind"  # also empty if models/ is absent
+    leftovers = [p for p in models.rglob("*") if p.name.startswith(".")]
+    assert not leftovers, f"a half-written model was left behind: {leftovers}"
     proc = run(["python", "-m", "stages.pretrain"], project)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"resuming from the checkpoint at update {killed_at}" in proc.stderr
@@ -476,9 +481,16 @@ def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
     params["methods"] += [*rows, "mdl", "typo"]
     params["transfer"]["typo"] = {"method": "ft-srcv", "upstream": "ft-tgvt"}
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    proc = run(["dvc", "repro", *(f"finetune@{row}" for row in rows), "evaluate@mdl"], tiny_copy)
+    # more upstream models leave the base model up to date
+    assert run(["dvc", "status", "pretrain"], tiny_copy).stdout.strip() == "Data and pipelines are up to date."
+    # the new rows' stages only, in the flow's order (`dvc repro TARGET` would also rerun every other row's
+    # transfer, whose `transfer` params changed, to the same bytes)
+    new = [*rows, "mdl"]
+    stages = [*(f"upstream@{r}" for r in new), *(f"{stage}@{r}" for stage in ("transfer", "finetune") for r in new),
+              "evaluate@mdl"]
+    proc = run(["dvc", "repro", "--single-item", *stages], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "Running stage 'pretrain'" not in proc.stdout  # the base model is not retrained
+    assert ran_stages(proc.stdout) == sorted(stages)
     base, base_src, base_tgt = load_model(tiny_copy / "data/models/upstream/base")
     spm = {domain: {side: (tiny_copy / f"data/spm/{domain}/{code}.model").read_bytes()
                     for side, code in (("src", "de"), ("tgt", "en"))} for domain in ("upstream", "downstream")}
@@ -528,7 +540,8 @@ def test_a_backtranslated_row_fine_tunes_on_the_backward_models_translations_too
     params["methods"] += ["ft-srcv+bt"]
     params["transfer"]["ft-srcv+bt"] = {"method": "ft-srcv", "backtranslated": True}
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    proc = run(["dvc", "repro", "finetune@ft-srcv+bt"], tiny_copy)
+    stages = ["upstream@backward", "backtranslate", "transfer@ft-srcv+bt", "finetune@ft-srcv+bt"]
+    proc = run(["dvc", "repro", "--single-item", *stages], tiny_copy)  # the new row's stages only
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     _, src, tgt = load_model(tiny_copy / "data/models/upstream/backward")
     assert src.spm_bytes == (tiny_copy / "data/spm/upstream/en.model").read_bytes()  # English in, German out
@@ -621,7 +634,7 @@ PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc"
 def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     """AB-Net (Guo et al. 2020) on the plm stage's BERTs, AB-Net-Enc and the Mask-Predict baseline: trained on the
     upstream corpus (abnet@NAME), fine-tuned, decoded (Mask-Predict, beam search) and reported beside the NMT rows,
-    with every row's latency at one sentence a batch."""
+    with the latency at one sentence a batch of each row evaluated (an NMT row among them)."""
     import pandas as pd
     from safetensors.torch import load_file
 
@@ -630,7 +643,12 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     params = deep_merge(yaml.safe_load((tiny_copy / "params.yaml").read_text()), PLM_ROWS)
     params["methods"] += ["abnet", "mask-predict", "abnet-enc", "plm-nmt", "plm-nmt-no-mlm", "plm-nmt-fwet"]
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    proc = run(["dvc", "repro", "report"], tiny_copy)
+    abnets, rows = list(PLM_ROWS["abnets"]), [*PLM_ROWS["abnets"], "plm-nmt-fwet"]
+    # the new rows' stages only, in the flow's order, then the report of all rows (`dvc repro report` would also
+    # rerun every other row's transfer, whose `transfer` params changed, to the same bytes)
+    stages = [*(f"abnet@{a}" for a in abnets), *(f"{stage}@{r}" for stage in ("transfer", "finetune", "evaluate")
+                                                for r in rows), "evaluate@ft-srcv", "report"]
+    proc = run(["dvc", "repro", "--single-item", *stages], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ran = set(yaml.safe_load((tiny_copy / "dvc.lock").read_text())["stages"])
     assert {"abnet@abnet", "abnet@mask-predict", "abnet@abnet-enc", "evaluate@abnet", "evaluate@mask-predict",
@@ -653,7 +671,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     table = pd.read_csv(tiny_copy / "data/reports/results/report.csv")
     ours = table[table["source"] == "vocabridge"].set_index("method")
     assert ours.loc[["abnet", "mask-predict", "abnet-enc", "plm-nmt"], "bleu"].notna().all()
-    assert (ours["latency_ms"] > 0).all()  # every row, NMT rows too
+    assert (ours.loc[[*rows, "ft-srcv"], "latency_ms"] > 0).all()  # every row evaluated since, NMT rows too
     # the PLMs' fixed vocabularies get the mismatch figures too
     fit = json.loads((tiny_copy / "data/diagnostics/abnet.json").read_text())["vocabulary_fit"]
     assert set(fit) == {"src", "tgt"} and all(f["fertility"]["old"] > 0 for f in fit.values())
