@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,32 +60,53 @@ def project_env() -> dict[str, str]:
     return env
 
 
-def copy_project(dest: Path, profile: str | None = "tiny", downloads: Path | None = None) -> Path:
-    """A fresh git + DVC workspace with the project's files (what a clone would hold).
+_TEMPLATES: dict[str | None, Path] = {}
 
-    `downloads`: the folder `prepare.download_dir` points to (the session's shared download cache; not a
-    parameter any stage depends on, so dvc.lock is the same as with the default folder)."""
-    dest.mkdir(parents=True, exist_ok=True)
+
+def project_template(profile: str | None) -> Path:
+    """The project's files (what a clone holds) with `profile` applied, committed in a git repository of their own:
+    built once per session (per xdist worker) and profile, then copied for each test."""
+    if profile in _TEMPLATES:
+        return _TEMPLATES[profile]
+    from vocabridge.cli import set_profile
+
+    root = Path(tempfile.mkdtemp(prefix="vocabridge-template-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    project = root / "project"
+    project.mkdir()
     for name in PROJECT_FILES:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache"))
+            shutil.copytree(src, project / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache"))
         else:
-            shutil.copy2(src, dest / name)
+            shutil.copy2(src, project / name)
     env = project_env()
     for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@example.org"],
                 ["git", "config", "user.name", "test"]):
-        subprocess.run(cmd, cwd=dest, check=True, env=env)
-    if profile:
-        subprocess.run([sys.executable, "-m", "vocabridge.cli", "profile", profile], cwd=dest, check=True, env=env)
+        subprocess.run(cmd, cwd=project, check=True, env=env)
+    if profile:  # what `vocabridge profile NAME` does (test_config.py runs the command itself)
+        set_profile(profile, project / "params.yaml", project / "profiles")
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=project, check=True, env=env)
+    _TEMPLATES[profile] = project
+    return project
+
+
+def copy_project(dest: Path, profile: str | None = "tiny", downloads: Path | None = None) -> Path:
+    """A fresh git + DVC workspace with the project's files (what a clone would hold), `profile` applied and
+    committed: a copy of the session's template (git init, the profile and a commit for each test cost seconds).
+
+    `downloads`: the folder `prepare.download_dir` points to (the session's shared download cache; not a
+    parameter any stage depends on, so dvc.lock is the same as with the default folder)."""
+    shutil.copytree(project_template(profile), dest, symlinks=True, dirs_exist_ok=True)
     if downloads:
         params = dest / "params.yaml"
         text, n = re.subn(r"^(  download_dir:) *\S+", lambda m: f"{m[1]} {downloads}", params.read_text(),
                           count=1, flags=re.M)
         assert n == 1, "params.yaml has no prepare.download_dir line"
         params.write_text(text)
-    subprocess.run(["git", "add", "-A"], cwd=dest, check=True, env=env)
-    subprocess.run(["git", "commit", "-qm", "init"], cwd=dest, check=True, env=env)
+        subprocess.run(["git", "commit", "-qam", "the session's download cache"], cwd=dest, check=True,
+                       env=project_env())
     return dest
 
 

