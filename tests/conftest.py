@@ -110,6 +110,31 @@ def copy_project(dest: Path, profile: str | None = "tiny", downloads: Path | Non
     return dest
 
 
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`vocabridge ARGS` in this process (vocabridge.cli.main through entry.run, as the `vocabridge` script runs
+    it): its exit status, stdout and stderr, without a new interpreter's imports (seconds) for each call. Each
+    command keeps one test that runs it as a process of its own (`python -m vocabridge.cli`)."""
+    import contextlib
+    import io
+
+    from vocabridge.cli import main
+    from vocabridge.entry import run as run_entry
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            run_entry(main, list(args))
+        except SystemExit as stop:  # argparse's errors and --help, entry.run's one-line errors
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    return subprocess.CompletedProcess(["vocabridge", *args], code, out.getvalue(), err.getvalue())
+
+
+def cli_process(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """`vocabridge ARGS` as a user runs it: a process of its own."""
+    return subprocess.run([sys.executable, "-m", "vocabridge.cli", *args], capture_output=True, text=True,
+                          env=project_env(), timeout=600, **kwargs)
+
+
 def copy_workspace(src: Path, dest: Path) -> Path:
     """A copy of a finished workspace (outputs, dvc.lock, DVC's cache) with its state committed to git, for a
     test that reruns stages, edits params or runs experiments without touching a shared fixture."""
@@ -124,16 +149,18 @@ def run(cmd: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
                           **kwargs)
 
 
-@pytest.fixture
-def two_threads():
-    """Two torch threads for the test, then back: the same float rounding whatever test ran before (another test's
-    thread count changes it). Modules that compare trained weights use it for every test."""
+@pytest.fixture(autouse=True)
+def torch_threads():
+    """One torch thread for every test, set before it and again after it: library code changes the count (the
+    commands' --threads, training's `threads`, estimate), and no test may depend on the tests that ran before it
+    (the count changes float rounding). One, because the test models are tiny: a second thread buys nothing, and
+    on a busy machine (two pytest-xdist workers, or anything else running) OpenMP threads that wait for each
+    other make a tiny training run ten to thirty times slower. A test that needs more sets it itself."""
     import torch
 
-    saved = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     yield
-    torch.set_num_threads(saved)
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

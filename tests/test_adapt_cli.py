@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
 
-from tests.conftest import DE_BIBLE, EN_BIBLE, project_env
+from tests.conftest import DE_BIBLE, EN_BIBLE, cli, cli_process
 
 
 def adapt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vocabridge.cli", "adapt", *args], capture_output=True, text=True,
-                          env=project_env(), timeout=600)
+    return cli("adapt", *args)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +37,13 @@ def test_adapt_writes_a_model_that_transformers_loads(user_files):
     bible = " ".join(DE_BIBLE + EN_BIBLE)
     assert fresh and all(piece.lstrip("▁") in bible for piece in fresh if not piece.startswith("<"))
     batch = tok(["Und Gott sprach"], return_tensors="pt")
+    fresh_ids = {tok.convert_tokens_to_ids(piece) for piece in fresh}
+    assert fresh_ids & set(batch["input_ids"][0].tolist())  # the verse is segmented into the new pieces
     with torch.no_grad():
         generated = model.generate(**batch, max_new_tokens=4)
-    assert generated.shape[0] == 1
+    # the model's rows are the tokenizer's ids: what it generates, the tokenizer can name
+    assert model.get_output_embeddings().weight.shape[0] == len(tok) == model.config.vocab_size
+    assert generated[0, 0] == model.config.decoder_start_token_id and int(generated.max()) < len(tok)
 
 
 @pytest.mark.parametrize("method", ["fwet", "word2vec", "embedding-recon"])
@@ -66,8 +68,7 @@ def test_adapt_offers_every_initialiser_that_needs_only_the_model_and_text():
             "patt-eg", "patt-eg-kd"} <= set(offered)
     assert not {"focus-ref", "in-domain", "ft-srcv", "out-domain"} & set(offered)  # need more, or make no rows
     assert all(m.summary for m in offered.values())  # each has its line in `adapt --help`
-    proc = subprocess.run([sys.executable, "-m", "vocabridge.cli", "adapt", "--help"], capture_output=True,
-                          text=True, env=project_env())
+    proc = cli_process("adapt", "--help")  # the command as a process of its own: its imports, its help
     assert proc.returncode == 0 and "fwet:" in proc.stdout
     proc = adapt("--model", "m", "--tgt-text", "t", "--out", "never", "--method", "focus-ref")  # needs a corpus
     assert proc.returncode == 2 and "invalid choice: 'focus-ref'" in proc.stderr and not Path("never").exists()
@@ -94,11 +95,6 @@ def test_adapt_bad_input_is_one_line_and_writes_nothing(user_files):
         assert not out.exists()
 
 
-def vocabridge(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vocabridge.cli", *args], capture_output=True, text=True,
-                          env=project_env(), timeout=600)
-
-
 def test_adapt_then_finetune_then_translate_a_users_model(user_files):
     """The practitioner's path without the pipeline: adapt, fine-tune on in-domain pairs (resumable), translate."""
     adapted, tuned = user_files / "path-adapted", user_files / "path-tuned"
@@ -110,31 +106,31 @@ def test_adapt_then_finetune_then_translate_a_users_model(user_files):
              "--src-dev", str(user_files / "bible.de"), "--tgt-dev", str(user_files / "bible.en")]
     options = ["--max-updates", "6", "--eval-every", "3", "--checkpoint-every", "3", "--batch-tokens", "300",
                "--dev-sentences", "5", "--threads", "1", "--bf16", "false", "--warmup", "2", "--lr", "0.003"]
-    proc = vocabridge("finetune", "--model", str(adapted), *pairs, "--out", str(tuned), *options)
+    proc = cli("finetune", "--model", str(adapted), *pairs, "--out", str(tuned), *options)
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = json.loads((tuned / "metrics.json").read_text())
     assert metrics["updates"] == 6 and (tuned / "curves" / "dev_bleu.csv").is_file()
-    again = vocabridge("finetune", "--model", str(adapted), *pairs, "--out", str(tuned), *options)
+    again = cli("finetune", "--model", str(adapted), *pairs, "--out", str(tuned), *options)
     assert again.returncode == 0 and "resuming from the checkpoint at update 6" in again.stderr
     tok = MarianTokenizer.from_pretrained(tuned)
     assert AutoModelForSeq2SeqLM.from_pretrained(tuned, use_safetensors=True) and len(tok) > 0
     hyp = user_files / "hyp.en"
-    proc = vocabridge("translate", "--model", str(tuned), "--input", str(user_files / "bible.de"), "--output",
-                      str(hyp), "--beam", "2", "--threads", "1")
+    proc = cli_process("translate", "--model", str(tuned), "--input", str(user_files / "bible.de"), "--output",
+                       str(hyp), "--beam", "2", "--threads", "1")  # the command as a process of its own
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"{hyp}: ") and proc.stdout.endswith(" sentences/s\n")
     assert len(hyp.read_text(encoding="utf-8").split("\n")[:-1]) == len(DE_BIBLE)
     greedy = {}
     for decoder in ("ctranslate2", "transformers"):  # the same greedy outputs by either decoder
         greedy[decoder] = user_files / f"greedy-{decoder}.en"
-        proc = vocabridge("translate", "--model", str(tuned), "--input", str(user_files / "bible.de"), "--output",
-                          str(greedy[decoder]), "--beam", "1", "--threads", "1", "--decoder", decoder,
-                          "--device", "cpu")
+        proc = cli("translate", "--model", str(tuned), "--input", str(user_files / "bible.de"), "--output",
+                   str(greedy[decoder]), "--beam", "1", "--threads", "1", "--decoder", decoder, "--device", "cpu")
         assert proc.returncode == 0, proc.stderr[-2000:]
     assert greedy["ctranslate2"].read_text(encoding="utf-8") == greedy["transformers"].read_text(encoding="utf-8")
     short = user_files / "short.en"
     short.write_text("\n".join(EN_BIBLE[:5]) + "\n", encoding="utf-8")
-    proc = vocabridge("finetune", "--model", str(adapted), *pairs[:2], "--tgt-train", str(short), *pairs[4:],
-                      "--out", str(user_files / "never"), *options)
+    proc = cli_process("finetune", "--model", str(adapted), *pairs[:2], "--tgt-train", str(short), *pairs[4:],
+                       "--out", str(user_files / "never"), *options)  # as a process: one line, nothing else
     assert proc.returncode != 0 and "short.en has 5" in proc.stderr and len(proc.stderr.splitlines()) == 1
     assert not (user_files / "never").exists()
 
@@ -166,13 +162,10 @@ def test_adapt_an_opus_mt_model_with_one_joint_vocabulary_replacing_or_extending
     word = diagnostics["src_extension"]["first"][0][1:]  # the appended piece that saves most: a Bible word
     new_ids = tok([word], return_tensors="pt")["input_ids"][0].tolist()
     assert len(new_ids) == 2 < len(old_tok([word])["input_ids"][0])  # one piece and </s>
+    assert model.get_output_embeddings().weight.shape[0] == len(tok) == model.config.vocab_size
     with torch.no_grad():
-        assert model.generate(input_ids=torch.tensor([new_ids]), max_new_tokens=4).shape[0] == 1
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vocabridge.cli", *args], capture_output=True, text=True,
-                          env=project_env(), timeout=600)
+        generated = model.generate(input_ids=torch.tensor([new_ids]), max_new_tokens=4)
+    assert generated[0, 0] == model.config.decoder_start_token_id and int(generated.max()) < len(tok)
 
 
 def test_train_a_generator_for_an_opus_mt_model_then_adapt_with_it(opus_mt_joint, tmp_path):
@@ -207,6 +200,6 @@ def test_train_a_generator_for_an_opus_mt_model_then_adapt_with_it(opus_mt_joint
         assert proc.returncode != 0 and message in proc.stderr and not (tmp_path / method).exists()
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     (tmp_path / "short.en").write_text("Open file\n", encoding="utf-8")
-    proc = cli("train-generator", "--model", str(model), "--src-text", str(tmp_path / "it.de"), "--tgt-text",
-               str(tmp_path / "short.en"), "--out", str(tmp_path / "never.safetensors"))
+    proc = cli_process("train-generator", "--model", str(model), "--src-text", str(tmp_path / "it.de"),
+                       "--tgt-text", str(tmp_path / "short.en"), "--out", str(tmp_path / "never.safetensors"))
     assert proc.returncode != 0 and "must be aligned" in proc.stderr and not (tmp_path / "never.safetensors").exists()

@@ -1,8 +1,10 @@
-"""CTranslate2 decoding (the `bench` extra) against transformers' on a tiny randomly initialised model."""
+"""CTranslate2 decoding (a core dependency: the evaluate stage's default decoder) against transformers' on a tiny
+randomly initialised model."""
 
 import copy
 from dataclasses import replace
 
+import ctranslate2
 import pytest
 import torch
 
@@ -11,8 +13,6 @@ from vocabridge.nmt.model import build_model, save_model
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import pair_vocabs
 from vocabridge.tokenizers import train_spm
-
-ctranslate2 = pytest.importorskip("ctranslate2")
 
 DE = [f"das haus nummer {i} ist {'groß' if i % 2 else 'klein'} und alt" for i in range(200)]
 EN = [f"the house number {i} is {'big' if i % 2 else 'small'} and old" for i in range(200)]
@@ -38,7 +38,6 @@ def test_greedy_outputs_equal_transformers_greedy_outputs(model_dir):
     from vocabridge.ct2 import translate_ct2
 
     path, model, src, tgt = model_dir
-    torch.set_num_threads(1)
     hf, hf_speed = translate(model, src, tgt, LINES, beam=1, batch_tokens=300, progress=False)
     ct, ct_speed = translate_ct2(path, LINES, beam=1, batch_tokens=300, threads=1)
     assert ct == hf
@@ -70,7 +69,6 @@ def test_dev_bleu_through_ctranslate2_equals_transformers_and_leaves_the_model_a
     model = copy.deepcopy(model)
     with torch.no_grad():  # outputs of some letters (the random model's are empty)
         model.final_logits_bias[0, [tgt.tokens.index(t) for t in ('e', 'h', 's')]] += 4.0
-    torch.set_num_threads(1)
     kept, config = model.generation_config, model.config.to_dict()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     hyps = translate_model_ct2(model, src, tgt, LINES)
@@ -90,7 +88,6 @@ def test_model_translator_decodes_a_directory_alike_with_either_decoder(model_di
     from vocabridge.nmt.translate import ModelTranslator
 
     path, _, _, _ = model_dir
-    torch.set_num_threads(1)
     by_ct2 = ModelTranslator(path, "ctranslate2", torch.device("cpu"), threads=1)
     by_hf = ModelTranslator(path, "transformers", torch.device("cpu"), bf16=False)
     assert by_ct2(LINES, beam=1, batch_tokens=300)[0] == by_hf(LINES, beam=1, batch_tokens=300)[0]

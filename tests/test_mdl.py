@@ -66,7 +66,6 @@ def test_a_mixed_model_names_each_sentences_domain_first(tmp_path, tagged, monke
     from vocabridge.nmt import train
 
     src, tgt = tagged
-    torch.set_num_threads(1)
     seen = {}
 
     class Recording(train.Trainer):

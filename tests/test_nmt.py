@@ -88,7 +88,6 @@ def test_token_batches_respect_the_budget_and_pad_little(data):
 
 
 def trained(tmp_path, vocabs, data, cfg=TRAIN, name="run"):
-    torch.set_num_threads(1)
     model = build_model(ARCH, *vocabs, seed=1)
     trainer = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), cfg, tmp_path / name, {"cfg": name}, name)
     return model, trainer, trainer.train()
@@ -121,7 +120,6 @@ class CrashingTrainer(Trainer):
 
 def test_resume_continues_exactly_where_the_checkpoint_left_off(tmp_path, vocabs, data):
     full_model, _, full = trained(tmp_path, vocabs, data, name="full")
-    torch.set_num_threads(1)
     crashing = CrashingTrainer(build_model(ARCH, *vocabs, seed=1), *vocabs, data, (DE[:10], EN[:10]), TRAIN,
                                tmp_path / "crash", {"cfg": "x"}, "crash")
     with pytest.raises(Crash):
@@ -181,7 +179,6 @@ def test_training_on_sampled_segmentations_resumes_exactly(tmp_path, vocabs):
     def resample(epoch: int) -> Parallel:
         return Parallel.encode(DE, EN, *vocabs, max_len=64, alpha=0.3, seed=epoch * 2)
 
-    torch.set_num_threads(1)
     epochs = []
 
     def logged(epoch: int) -> Parallel:
@@ -346,6 +343,7 @@ from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.model import load_model
 from vocabridge.nmt.train import Trainer
 torch.seed()  # whatever the process's generator starts from must not matter
+torch.set_num_threads(1)
 model, src, tgt = load_model(sys.argv[1])
 trainer = Trainer(model, src, tgt, Parallel.encode(DE, EN, src, tgt, 64), (DE[:10], EN[:10]),
                   replace(TRAIN, max_updates=8, eval_every=4), sys.argv[2], {"t": 1}, "twice")
@@ -362,7 +360,10 @@ def test_the_same_training_in_two_processes_gives_identical_weights(tmp_path, vo
     model = build_model(replace(ARCH, dropout=0.3), *vocabs, seed=1)
     save_model(model, *vocabs, tmp_path / "init")
     root = Path(__file__).resolve().parents[1]
-    digests = {subprocess.run([sys.executable, "-c", TRAIN_TWICE, str(tmp_path / "init"), str(tmp_path / f"ck{i}")],
-                              cwd=root, capture_output=True, text=True, check=True).stdout.split()[-1]
-               for i in range(2)}
+    runs = [subprocess.Popen([sys.executable, "-c", TRAIN_TWICE, str(tmp_path / "init"), str(tmp_path / f"ck{i}")],
+                             cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i in range(2)]  # side by side: each process pays its imports, the two at once
+    outputs = [run.communicate(timeout=600) for run in runs]
+    assert all(run.returncode == 0 for run in runs), [err[-2000:] for _, err in outputs]
+    digests = {out.split()[-1] for out, _ in outputs}
     assert len(digests) == 1

@@ -41,8 +41,6 @@ GERMAN = ["Im Anfang schuf Gott Himmel und Erde.", "Und die Erde war wüst und l
 TINY = BertArch(hidden=32, layers=2, heads=2, ffn=64, max_positions=40, dropout=0.1)
 
 
-pytestmark = pytest.mark.usefixtures("two_threads")
-
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):

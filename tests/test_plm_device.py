@@ -1,7 +1,7 @@
-"""The PLM path on a GPU: the BERTs of the plm stage, AB-Net, AB-Net-Enc and the PLM-sponsored model train and
-decode on the device their model is on, and decode there as they do on the CPU. On $VOCABRIDGE_TEST_DEVICE
-(default cuda; skipped where there is none): a GPU session checks what the CPU suite cannot, device mismatches
-(`VOCABRIDGE_TEST_DEVICE=cpu` runs the same checks on the CPU)."""
+"""The PLM path on a device: the BERTs of the plm stage, AB-Net, AB-Net-Enc and the PLM-sponsored model train and
+decode on the device their model is on, and decode there as they do on the CPU. On $VOCABRIDGE_TEST_DEVICE, by
+default cuda where there is one and the CPU elsewhere (CI): a GPU session checks what the CPU cannot, device
+mismatches; on the CPU the same code paths run (`VOCABRIDGE_TEST_DEVICE=cuda` without a GPU skips)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from vocabridge.config import AbnetAdapters, MaskPredict, MlmTraining
 from vocabridge.plm.abnet import ABNet
 from vocabridge.plm.bert import MlmTrainer, build_bert, encode_sentences, train_plm_tokenizer
 
-CUDA = torch.device(os.environ.get("VOCABRIDGE_TEST_DEVICE", "cuda"))
-pytestmark = pytest.mark.skipif(CUDA.type == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA device")
+CUDA = torch.device(os.environ.get("VOCABRIDGE_TEST_DEVICE", "cuda" if torch.cuda.is_available() else "cpu"))
+pytestmark = pytest.mark.skipif(CUDA.type == "cuda" and not torch.cuda.is_available(),
+                                reason="VOCABRIDGE_TEST_DEVICE=cuda and no CUDA device")
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,6 @@ from vocabridge.plm.bert import bert_tokenizer_from_spm, build_bert, train_plm_t
 from vocabridge.plm.sponsored import PlmSponsored
 from vocabridge.tokenizers import load_spm, spelled_tokens, train_spm
 
-pytestmark = pytest.mark.usefixtures("two_threads")
-
 NEW_TEXT = ["Und Gott sah das Licht, dass es gut war.", "Da schied Gott das Licht von der Finsternis.",
             "Und nannte das Licht Tag und die Finsternis Nacht."] * 8
 

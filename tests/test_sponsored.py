@@ -23,8 +23,6 @@ TEXT = ["Im Anfang schuf Gott Himmel und Erde.", "Und die Erde war wüst und lee
 TINY = BertArch(hidden=32, layers=4, heads=2, ffn=64, max_positions=40, dropout=0.0)
 
 
-pytestmark = pytest.mark.usefixtures("two_threads")
-
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
