@@ -169,13 +169,25 @@ def test_trained_generator_methods_load_the_stage_output(setup, tmp_path, method
     save_generator(gen, tmp_path / "gen" / f"{variant}.safetensors", model_sha256="0" * 64)
     with pytest.raises(InputError, match="generator trained against another model"):
         METHODS[method].build(res)  # same dimension, another model: refused, not silently applied
-    save_generator(gen, tmp_path / "gen" / f"{variant}.safetensors",
-                   model_sha256=sha256_file(tmp_path / "pretrained" / "model.safetensors"))
-    _, _, new_tgt, diagnostics = METHODS[method].build(res)
+    pretrained_sha = sha256_file(tmp_path / "pretrained" / "model.safetensors")
+    save_generator(gen, tmp_path / "gen" / f"{variant}.safetensors", model_sha256=pretrained_sha)
+    adapted, _, new_tgt, diagnostics = METHODS[method].build(res)
     assert diagnostics["decoder"]["adapted"] and diagnostics["decoder"]["generator"] == gen.kind
     assert diagnostics["decoder"]["with_members"] > 0
     assert diagnostics["encoder"]["adapted"] == (sides == "both")
     assert knobs.sides == (sides or "decoder")  # Liu et al.'s experiments adapt the decoder only
+    # the stage output's weights make the rows: another generator in the same file gives other rows, only there
+    other = Generator(gen.kind, ARCH.d_model)
+    torch.nn.init.normal_(other.w, std=3.0)
+    save_generator(other, tmp_path / "gen" / f"{variant}.safetensors", model_sha256=pretrained_sha)
+    again, _, _, _ = METHODS[method].build(res)
+    for side in ("decoder", "encoder"):
+        a, b = (getattr(m.model, side).embed_tokens.weight for m in (adapted, again))
+        changed = int((a != b).any(1).sum())  # a row of one member is that member's row, whatever the weights
+        if diagnostics[side]["adapted"]:
+            assert 0 < changed <= diagnostics[side]["with_members"], side
+        else:
+            assert changed == 0, side
 
 
 def test_distillation_loss_is_zero_when_nothing_is_resegmented(setup, tmp_path):

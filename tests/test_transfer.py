@@ -404,7 +404,8 @@ def test_every_method_builds_a_model_that_reloads(tmp_path, method, sides):
     assert (src2.spm_bytes == old_src_proto) == (sides == "decoder")
     assert not any(torch.isnan(p).any() for p in reloaded.parameters())
     out = reloaded.generate(input_ids=torch.tensor([src2.encode(["das haus"])[0].tolist()]), max_new_tokens=5)
-    assert out.shape[0] == 1
+    assert reloaded.get_output_embeddings().weight.shape[0] == len(tgt2)  # every generated id is a token of tgt2
+    assert out[0, 0] == reloaded.config.decoder_start_token_id and int(out.max()) < len(tgt2)
 
 
 @pytest.mark.parametrize("method", ["ft-tgtv-random", "va-llm", "fwet", "avg-eg", "word2vec"])
