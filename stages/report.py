@@ -1,8 +1,9 @@
 """Stage report: one table of every evaluated method (CSV + Markdown), a BLEU bar plot and the learning curves.
 
 Paired bootstrap resampling (sacrebleu) of each method against the baseline (ft-srcv) and the other references
-(`report.also_against`) happens here, where all hypotheses are at hand, and so does the two-level bootstrap over
-seeds and sentences of each group of seed replicas (vocabridge.significance); so do the learning-curve summaries
+(`report.also_against`) happens here, where all hypotheses are at hand, and so does the comparison over seeds
+and test books of each group of seed replicas (vocabridge.significance.compare: paired by seed and upstream
+model where both groups have the same); so do the learning-curve summaries
 (area under the dev BLEU curve, updates to a threshold), the rank correlation of the pre-fine-tuning
 diagnostics with the final BLEU, and the papers' own tables (Sato et al. Table 3, Liu et al. Table 2) with our
 rows beside them and each published ordering tested over seeds and sentences.
@@ -42,7 +43,7 @@ from vocabridge.report import (
     to_markdown,
     vocabulary_fit_table,
 )
-from vocabridge.significance import seed_bootstrap
+from vocabridge.significance import MIN_SEEDS, Comparison, clusters_from_ids, compare
 from vocabridge.transfer import get_method, knobs_for, row_group
 
 
@@ -92,6 +93,16 @@ def main(argv: list[str]) -> None:
              for ref in dict.fromkeys([baseline, *cfg.also_against]) if ref in hyps}
     keys = {row: row_group(row, params.transfer) for row in params.methods}
     groups = seed_groups(params.methods, keys.__getitem__)
+    clusters = book_clusters(len(refs))
+    pair_key = {row: (params.finetune.train.seed if knobs.seed is None else knobs.seed, knobs.upstream)
+                for row, knobs in ((row, knobs_for(row, params.transfer)) for row in params.methods)}
+
+    def over_seeds(method: list[str], reference: list[str]) -> Comparison:
+        """Two groups' rows over seeds and test books: paired where the groups have the same seeds."""
+        return compare([hyps[m] for m in method], [hyps[m] for m in reference], refs,
+                       method_seeds=[pair_key[m] for m in method], reference_seeds=[pair_key[m] for m in reference],
+                       clusters=clusters, n_samples=cfg.bootstrap_samples, seed=cfg.seed)
+
     threshold = cfg.curve_threshold
     base_curves = [curves[m] for m in groups.get(baseline, [baseline]) if len(curves[m])]
     if threshold is None and base_curves:  # the baseline's best dev BLEU, averaged over its seeds
@@ -105,15 +116,14 @@ def main(argv: list[str]) -> None:
     table = build_table(rows, baseline)
     compared = comparisons_table(tests, {row["method"]: row["bleu"] for row in rows})
     correlations = rank_correlations(table, shared_vocab)
-    seeds, seed_tests = seed_summary(params, keys, groups, hyps, refs, {row["method"]: row["bleu"] for row in rows},
+    seeds, seed_tests = seed_summary(params, keys, groups, over_seeds, {row["method"]: row["bleu"] for row in rows},
                                      list(tests), {row["method"]: row["dev_bleu_auc"] for row in rows})
     grouped_curves = group_curves(curves, groups)
-    papers = paper_sections(params, groups, hyps, refs, seeds)
+    papers = paper_sections(groups, over_seeds, seeds)
     forgetting = forgetting_table(table, groups)
     extension = extension_table(
         extension_pairs({g: dict(keys[g]) for g in groups}),
-        lambda a, b: seed_bootstrap([hyps[m] for m in groups[a]], [hyps[m] for m in groups[b]], refs,
-                                    cfg.bootstrap_samples, cfg.seed), forgetting, diagnostics)
+        lambda a, b: over_seeds(groups[a], groups[b]), forgetting, diagnostics)
     text = "\n\n".join([
         to_markdown(table),
         f"## Paired comparisons (sacrebleu paired bootstrap, {cfg.bootstrap_samples} samples; p: of the null "
@@ -136,10 +146,12 @@ def main(argv: list[str]) -> None:
         "## Seeds\n\nRows that differ only in their seed form a group: mean and spread of test BLEU over its "
         "seeds.\n\n" + to_markdown(seeds),
         f"## Comparisons over seeds and sentences\n\nEach group against each reference's group in the same "
-        f"training regime: the difference of mean test BLEU, with a 95% interval and p from a two-level bootstrap "
-        f"({cfg.bootstrap_samples} rounds: the seeds of each side drawn with replacement, then the test sentences, "
-        f"shared by both sides). Decisive: the interval excludes 0 with at least 2 seeds a side; a one-seed "
-        f"comparison is sentence noise only and never a finding. detectable: the smallest true difference this "
+        f"training regime: the difference of mean test BLEU, with a 95% t interval and p over seeds (form paired: "
+        f"the per-seed differences, where both groups ran the same seeds on the same upstream model; unpaired: "
+        f"Welch) with the test set's variance added ({cfg.bootstrap_samples} draws of the test "
+        f"{'books' if clusters else 'sentences'} with replacement, shared by both sides). Decisive: the interval "
+        f"excludes 0 with at least {MIN_SEEDS} seeds a side; with fewer, or one, it is not a finding. "
+        f"detectable: the smallest true difference this "
         f"design finds with 80% power at the 5% level; detectable_5_seeds: the same with 5 seeds a side; "
         f"seeds_for_{cfg.target_difference:g}: seeds a side needed to detect {cfg.target_difference:g} BLEU "
         f"(empty: not with 100 seeds, the test set's own noise is larger, or a side has one seed).\n\n"
@@ -154,8 +166,9 @@ def main(argv: list[str]) -> None:
         + (to_markdown(extension) if len(extension) else "No extension rows in this run."),
         "## The papers' tables beside ours\n\nEach published row (BLEU as published, on the paper's data) with the "
         "row of ours that runs it: mean test BLEU over its seeds and their spread. Below each table, every ordering "
-        "the paper reports, tested on our rows over seeds and sentences as above: holds (the interval excludes 0, "
-        "same sign), reversed (excludes 0, other sign), not decisive, one seed (not a finding) or not run.\n\n"
+        "the paper reports, tested on our rows over seeds and sentences as above, with Holm's correction over the "
+        "table's orderings (p_holm): holds (decisive and p_holm <= 0.05, same sign), reversed (the same, other "
+        "sign), not decisive (after Holm), too few seeds (not a finding) or not run.\n\n"
         + "\n\n".join(f"### {paper.source.removeprefix('published: ')}\n\n" + to_markdown(layout) + "\n"
                         + to_markdown(verdicts) for paper, layout, verdicts in papers),
     ])
@@ -187,23 +200,34 @@ def unseen_rate(diagnostics: dict, mismatch: dict, adapted: bool) -> float:
     return mismatch["unseen_token_rate"] if adapted else 0.0
 
 
-def paper_sections(params, groups: dict[str, list[str]], hyps: dict, refs: list[str], seeds: pd.DataFrame):
+def book_clusters(sentences: int) -> list[str] | None:
+    """Each test sentence's book, where the corpus has verse ids (the Bible recipe's test.ids); None (sentences
+    one by one) where it has none, or one book only."""
+    path = paths.CORPORA / "downstream" / "test.ids"
+    if not path.is_file():
+        return None
+    ids = read_text_lines(path)
+    if len(ids) != sentences:
+        raise InputError(f"{path}: {len(ids)} verse ids for {sentences} test sentences; run `dvc repro prepare`")
+    books = clusters_from_ids(ids)
+    return books if len(set(books)) > 1 else None
+
+
+def paper_sections(groups: dict[str, list[str]], over_seeds, seeds: pd.DataFrame):
     """Each paper's table with our rows beside it, and its published orderings tested over seeds and sentences."""
-    cfg = params.report
     group_of = {member: label for label, members in groups.items() for member in members}
 
-    def compare(better: str, worse: str):
+    def compare_rows(better: str, worse: str):
         if better not in group_of or worse not in group_of:
             return None
-        return seed_bootstrap([hyps[m] for m in groups[group_of[better]]],
-                              [hyps[m] for m in groups[group_of[worse]]], refs, cfg.bootstrap_samples, cfg.seed)
+        return over_seeds(groups[group_of[better]], groups[group_of[worse]])
 
-    return [(paper, paper_layout(paper, seeds, group_of), ordering_verdicts(paper, compare))
+    return [(paper, paper_layout(paper, seeds, group_of), ordering_verdicts(paper, compare_rows))
             for paper in PAPER_TABLES]
 
 
-def seed_summary(params, keys: dict[str, tuple], groups: dict[str, list[str]], hyps: dict, refs: list[str],
-                 bleu: dict, references: list[str], auc: dict):
+def seed_summary(params, keys: dict[str, tuple], groups: dict[str, list[str]], over_seeds, bleu: dict,
+                 references: list[str], auc: dict):
     """The seeds table and the comparisons over seeds and sentences: each group against the group of each
     reference in the same regime (its knobs, `keys`, with this group's `train_pairs`)."""
     keys = {row: dict(key) for row, key in keys.items()}
@@ -215,8 +239,7 @@ def seed_summary(params, keys: dict[str, tuple], groups: dict[str, list[str]], h
             match = next((g for g in groups if keys[g] == wanted), None)
             if match is None or match == label:
                 continue
-            tests[ref][label] = seed_bootstrap([hyps[m] for m in members], [hyps[m] for m in groups[match]], refs,
-                                               cfg.bootstrap_samples, cfg.seed)
+            tests[ref][label] = over_seeds(members, groups[match])
     return seeds_table(groups, bleu, tests, auc), seed_comparisons_table(tests, cfg.target_difference)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
@@ -70,11 +72,12 @@ def test_seed_replicas_are_grouped_and_compared_over_seeds():
     groups = seed_groups(names, lambda r: row_group(r, rows))
     assert groups == {"ft-srcv": ["ft-srcv", "ft-srcv+s2"], "va-llm": ["va-llm", "va-llm+s2", "va-llm+s3"],
                       "va-llm+low": ["va-llm+low"], "va-llm-k5": ["va-llm-k5"]}  # another k is another experiment
-    settled = Comparison(delta=2.0, ci_low=0.5, ci_high=3.5, p_value=0.01, seeds=2, reference_seeds=3,
+    settled = Comparison(delta=2.0, ci_low=0.5, ci_high=3.5, p_value=0.01, seeds=5, reference_seeds=5,
                          std_error=0.8, seed_std=0.6, reference_seed_std=0.4, sentence_variance=0.04)
+    few = dataclasses.replace(settled, seeds=3)  # the same interval from 3 seeds: not a verdict
     lone = Comparison(delta=2.0, ci_low=0.5, ci_high=3.5, p_value=0.01, seeds=1, reference_seeds=3,
                       std_error=0.8, seed_std=None, reference_seed_std=0.4, sentence_variance=0.04)
-    tests = {"h": {"g": settled, "k": lone}}
+    tests = {"h": {"g": settled, "k": lone, "f": few}}
     table = seeds_table({"g": ["a1", "a2"], "h": ["b1"]}, {"a1": 10.0, "a2": 12.0, "b1": 9.0}, tests,
                         {"a1": 3.0, "a2": 4.0, "b1": None}).set_index("group")
     assert table.loc["g", "dev_bleu_auc_mean"] == 3.5 and pd.isna(table.loc["h", "dev_bleu_auc_mean"])
@@ -82,6 +85,7 @@ def test_seed_replicas_are_grouped_and_compared_over_seeds():
     assert table.loc["g", "seeds"] == 2 and table.loc["g", "p_vs_h"] == 0.01 and pd.isna(table.loc["h", "bleu_std"])
     verdicts = seed_comparisons_table(tests, 0.5).set_index("group")
     assert verdicts.loc["g", "verdict"] == "decisive" and verdicts.loc["k", "verdict"] == "one seed: not a finding"
+    assert verdicts.loc["f", "verdict"] == "fewer than 5 seeds a side: not a finding"
     assert verdicts.loc["g", "detectable"] == pytest.approx(2.8 * 0.8, abs=0.01)
     # 2.8 * sqrt((0.36 + 0.16) / k + 0.04) <= 0.5 needs sqrt(...) <= 0.1786: 0.52 / k <= -0.008, never
     assert pd.isna(verdicts.loc["g", "seeds_for_0.5"]) and pd.isna(verdicts.loc["k", "detectable_5_seeds"])
@@ -101,20 +105,23 @@ def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering
     assert layout.loc["VA-LLM", "seeds"] == 3 and pd.isna(layout.loc["FT-tgtV", "bleu_mean"])  # not run here
     assert list(layout.index)[:4] == ["Out-domain", "In-domain", "MDL", "FT-srcV"]  # the paper's order
 
-    def comparison(delta, low, high, seeds=3):
-        return Comparison(delta=delta, ci_low=low, ci_high=high, p_value=0.01, seeds=seeds, reference_seeds=3,
+    def comparison(delta, low, high, seeds=5, p_value=0.01):
+        return Comparison(delta=delta, ci_low=low, ci_high=high, p_value=p_value, seeds=seeds, reference_seeds=5,
                           std_error=0.3, seed_std=0.5, reference_seed_std=0.5, sentence_variance=0.01)
 
     found = {("va-llm", "va-linear"): comparison(1.2, 0.4, 2.0),
              ("va-linear", "va-cbow"): comparison(-1.0, -1.8, -0.3),
              ("va-llm", "ft-srcv"): comparison(1.3, 0.5, 2.1, seeds=1),
-             ("ft-srcv", "in-domain"): comparison(0.2, -0.5, 0.9)}
+             ("ft-srcv", "in-domain"): comparison(0.2, -0.5, 0.9, p_value=0.6),
+             ("va-llm", "mdl"): comparison(0.6, 0.1, 1.1, p_value=0.03)}  # decisive alone, not after Holm
     verdicts = ordering_verdicts(SATO_TABLE_3, lambda a, b: found.get((a, b))).set_index("ordering")
     assert verdicts.loc["va-llm > va-linear", "verdict"] == "holds"
     assert verdicts.loc["va-llm > va-linear", "published_delta"] == 1.2
     assert verdicts.loc["va-linear > va-cbow", "verdict"] == "reversed"
     assert verdicts.loc["va-llm > ft-srcv", "verdict"] == "one seed: not a finding"
     assert verdicts.loc["ft-srcv > in-domain", "verdict"] == "not decisive"
+    assert verdicts.loc["va-llm > mdl", "verdict"] == "not decisive after Holm"  # 0.03 x 2 = 0.06
+    assert verdicts.loc["va-llm > va-linear", "p_holm"] == 0.05  # 0.01 x 5 tested orderings
     assert verdicts.loc["ft-tgtv > ft-srcv", "verdict"] == "not run"
     assert pd.isna(verdicts.loc["ft-tgtv > ft-srcv", "p_value"])
 
@@ -148,7 +155,7 @@ def test_extension_rows_meet_the_replacement_row_of_their_method():
 
     def compare(a, b):
         seen.append((a, b))
-        return Comparison(delta=1.5, ci_low=0.5, ci_high=2.5, p_value=0.01, seeds=3, reference_seeds=3,
+        return Comparison(delta=1.5, ci_low=0.5, ci_high=2.5, p_value=0.01, seeds=5, reference_seeds=5,
                           std_error=0.5, seed_std=0.3, reference_seed_std=0.3, sentence_variance=0.1)
 
     forgetting = pd.DataFrame({"group": ["extend-va-llm", "va-llm-copy"], "upstream_bleu": [20.0, 12.0]})

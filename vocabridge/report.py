@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vocabridge.significance import Comparison
+from vocabridge.significance import ALPHA, MIN_SEEDS, Comparison, holm
 
 
 @dataclass(frozen=True)
@@ -292,8 +292,7 @@ def extension_table(pairs: list[tuple[str, str]], compare: Callable[[str, str], 
         rows.append({"extension": extension, "replacement": replacement, "appended_tgt": info.get("appended"),
                      "fertility_tgt": fertility,
                      "delta_bleu": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
-                     "verdict": "one seed: not a finding" if c.one_seed else "decisive" if c.decisive else
-                     "not decisive",
+                     "verdict": verdict(c),
                      "upstream_bleu_extension": upstream.get(extension), "upstream_bleu_replacement":
                      upstream.get(replacement)})
     return pd.DataFrame(rows, columns=["extension", "replacement", "appended_tgt", "fertility_tgt", "delta_bleu",
@@ -314,7 +313,7 @@ def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dic
                 auc: dict[str, float | None] | None = None):
     """Mean and spread of test BLEU over each group's seeds, the mean area under their learning curves (`auc`
     per row), with the delta and p-value over seeds and sentences against each reference
-    (`tests[reference][group]`, from `significance.seed_bootstrap`)."""
+    (`tests[reference][group]`, from `significance.compare`)."""
     import numpy as np
 
     rows = []
@@ -341,14 +340,14 @@ def seed_comparisons_table(tests: dict[str, dict[str, Comparison]], target: floa
     rows = []
     for ref, results in tests.items():
         for label, c in results.items():
-            verdict = ("one seed: not a finding" if c.one_seed else "decisive" if c.decisive else "not decisive")
             at_5 = c.detectable_with(5)
             rows.append({"group": label, "against": ref, "seeds": c.seeds, "reference_seeds": c.reference_seeds,
-                         "delta": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high, "p_value": c.p_value,
-                         "verdict": verdict, "detectable": round(c.detectable, 2),
+                         "form": c.form, "delta": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high,
+                         "p_value": c.p_value, "verdict": verdict(c), "detectable": round(c.detectable, 2),
                          "detectable_5_seeds": None if at_5 is None else round(at_5, 2),
                          f"seeds_for_{target:g}": c.seeds_for(target)})
-    columns = ["group", "against", "seeds", "reference_seeds", "delta", "ci_low", "ci_high", "p_value", "verdict",
+    columns = ["group", "against", "seeds", "reference_seeds", "form", "delta", "ci_low", "ci_high", "p_value",
+               "verdict",
                "detectable", "detectable_5_seeds", f"seeds_for_{target:g}"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -370,18 +369,32 @@ def paper_layout(paper: PaperTable, seeds: pd.DataFrame, group_of: dict[str, str
 
 def ordering_verdicts(paper: PaperTable, compare: Callable[[str, str], Comparison | None]) -> pd.DataFrame:
     """One line per published ordering (better > worse): the published gap, ours with its 95% interval and p
-    over seeds and sentences (`compare(better, worse)`, None when a row was not run), and the verdict: holds
-    (decisive, same sign), reversed (decisive, other sign), not decisive, one seed, or not run."""
+    over seeds and sentences (`compare(better, worse)`, None when a row was not run), p after Holm's correction
+    over the table's orderings (one family), and the verdict: holds (decisive and Holm's p <= 0.05, same sign),
+    reversed (the same, other sign), not decisive (after Holm), too few seeds, or not run."""
     published = {ours: bleu for _, ours, bleu in paper.rows}
+    found = [(better, worse, compare(better, worse)) for better, worse in paper.orderings]
+    tested = [c for _, _, c in found if c is not None]
+    adjusted = dict(zip(map(id, tested), holm([c.p_value for c in tested])[0], strict=True))
     out = []
-    for better, worse in paper.orderings:
-        c = compare(better, worse)
-        verdict = ("not run" if c is None else "one seed: not a finding" if c.one_seed
-                   else ("holds" if c.delta > 0 else "reversed") if c.decisive else "not decisive")
+    for better, worse, c in found:
+        p_holm = None if c is None else round(adjusted[id(c)], 4)
+        said = ("not run" if c is None else verdict(c) if not c.decisive
+                else ("holds" if c.delta > 0 else "reversed") if p_holm <= ALPHA else "not decisive after Holm")
         out.append({"ordering": f"{better} > {worse}",
                     "published_delta": round(published[better] - published[worse], 2),
                     "delta": None if c is None else c.delta, "ci_low": None if c is None else c.ci_low,
                     "ci_high": None if c is None else c.ci_high, "p_value": None if c is None else c.p_value,
-                    "seeds": None if c is None else f"{c.seeds}/{c.reference_seeds}", "verdict": verdict})
+                    "p_holm": p_holm, "seeds": None if c is None else f"{c.seeds}/{c.reference_seeds}",
+                    "form": None if c is None else c.form, "verdict": said})
     return pd.DataFrame(out, columns=["ordering", "published_delta", "delta", "ci_low", "ci_high", "p_value",
-                                      "seeds", "verdict"])
+                                      "p_holm", "seeds", "form", "verdict"])
+
+
+def verdict(c: Comparison) -> str:
+    """A comparison's verdict: decisive only with MIN_SEEDS seeds a side and an interval that excludes 0."""
+    if c.one_seed:
+        return "one seed: not a finding"
+    if not c.enough_seeds:
+        return f"fewer than {MIN_SEEDS} seeds a side: not a finding"
+    return "decisive" if c.decisive else "not decisive"
