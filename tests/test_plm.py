@@ -146,19 +146,25 @@ def test_the_length_token_learns_the_target_length_from_the_source(tokenizer):
     sources = [" ".join([w] * (1 + i % 3)) for i in range(24) for w in words][:24]
     targets = [" ".join(["und"] * (1 + words.index(s.split()[0]))) for s in sources]
     model = tiny_abnet(tokenizer)
+    source, keep, batch = pairs_batch(tokenizer, sources, targets)
+
+    def accuracy() -> float:
+        model.eval()
+        with torch.no_grad():
+            right = (model.encode(source, keep)[2].argmax(-1) == batch["lengths"]).float().mean().item()
+        model.train()
+        return right
+
+    untrained = accuracy()  # the control: one length for every source, about chance (0.25, four lengths)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-3)
-    for step in range(300):
-        source, keep, batch = pairs_batch(tokenizer, sources, targets, seed=step)
-        loss, _ = cmlm_loss(model, source, keep, batch)
+    for step in range(200):
+        source_b, keep_b, batch_b = pairs_batch(tokenizer, sources, targets, seed=step)
+        loss, _ = cmlm_loss(model, source_b, keep_b, batch_b)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.eval()
-    source, keep, batch = pairs_batch(tokenizer, sources, targets)
-    with torch.no_grad():
-        predicted = model.encode(source, keep)[2].argmax(-1)
-    # chance is 0.25 (four lengths); 1.0 in most runs, 0.83 in one full-suite run at the same two threads
-    assert (predicted == batch["lengths"]).float().mean() >= 0.75
+    # at one thread every length is right after 100 updates (three seeds, measured); 200 leave a wide margin
+    assert untrained <= 0.5 and accuracy() >= 0.95
 
 
 class ToyModel:
@@ -300,13 +306,14 @@ def test_abnet_trains_its_adapters_through_frozen_berts(tokenizer, tmp_path):
     from vocabridge.plm.train import fit_abnet
 
     corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
-    cfg, lang = abnet_training(200, lr=5e-3, eval_every=100, checkpoint_every=100, log_every=50)
+    cfg, lang = abnet_training(150, lr=5e-3, eval_every=75, checkpoint_every=75, log_every=50)
     size = AbnetAdapters(encoder_inner=64, decoder_ffn=64, dropout=0.0, max_target_len=36)
     model = ABNet(build_bert(TINY, tokenizer, 1), build_bert(TINY, tokenizer, 2), size)
     state, summary = fit_abnet(model, tokenizer, tokenizer, corpus, lang, cfg, tmp_path / "ckpt", {"run": 1}, "abnet",
                                MaskPredict(1, 2))
     assert summary["trainable_parameters"] < summary["parameters"] / 2
-    assert state.dev_log[-1]["dev_loss"] < 0.7 * state.dev_log[0]["dev_loss"]
+    # the untrained adapters are the control: 0.53 to 0.62 of their dev loss after 150 updates (BERT seeds 1, 3, 5)
+    assert state.dev_log[-1]["dev_loss"] < 0.8 * state.dev_log[0]["dev_loss"]
 
 
 def test_a_mask_predict_directory_keeps_its_trained_berts(tokenizer, tmp_path):
