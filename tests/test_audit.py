@@ -11,7 +11,7 @@ import pytest
 import sentencepiece as spm
 
 from tests.conftest import DE_IT, EN_IT, cli, cli_process
-from vocabridge.audit import audit_side, barely_seen, detect_side, recommend, shattered_words
+from vocabridge.audit import audit_side, barely_seen, detect_side, markdown, recommend, shattered_words, table_rows
 from vocabridge.config import SpmModel
 from vocabridge.tokenizers import train_spm
 
@@ -55,12 +55,33 @@ def test_fertility_and_new_rows_are_counted_as_segmented(model_dir):
 
 
 def test_recommendation_stops_where_doubling_gains_little():
-    rows = [{"vocab_size": 2000, "fertility": 1.60, "unseen_token_rate": 0.2},
-            {"vocab_size": 4000, "fertility": 1.40, "unseen_token_rate": 0.3},  # 1.40 <= 1.35 x 1.05: enough
-            {"vocab_size": 8000, "fertility": 1.35, "unseen_token_rate": 0.4}]
+    rows = [{"vocab_size": 2000, "pieces": 2000, "fertility": 1.60, "unseen_token_rate": 0.2},
+            {"vocab_size": 4000, "pieces": 4000, "fertility": 1.40, "unseen_token_rate": 0.3},  # <= 1.35 x 1.05
+            {"vocab_size": 8000, "pieces": 8000, "fertility": 1.35, "unseen_token_rate": 0.4}]
     assert recommend(2.0, rows)["vocab_size"] == 4000
     assert recommend(1.38, rows)["vocab_size"] is None  # within 5% of the best already: keep the model's
     assert "keep" not in recommend(2.0, rows)["reason"] and "30% fewer" in recommend(2.0, rows)["reason"]
+    assert "8000 pieces cut less than 5% more" in recommend(2.0, rows)["reason"]
+    # the text: asked for 8000, SentencePiece stopped at 7296; that vocabulary is the one to name
+    capped = rows[:2] + [{"vocab_size": 8000, "pieces": 7296, "fertility": 1.10, "unseen_token_rate": 0.5}]
+    rec = recommend(2.0, capped, ceiling=7296)
+    assert rec["vocab_size"] == 7296 and "no more than 7296 pieces" in rec["reason"]
+
+
+def test_sizes_past_the_texts_ceiling_are_one_row_named_by_the_pieces_it_reached(model_dir):
+    sp = target_sp(model_dir)
+    ceiling = spm.SentencePieceProcessor(model_proto=train_spm(EN_BIBLE, SpmModel(vocab_size=5000,
+                                                                                  hard_vocab_limit=False), 1, 1, "t"))
+    most = ceiling.get_piece_size()  # what this text gives at most (75 pieces)
+    assert 40 < most < 100
+    result = audit_side(sp, EN_BIBLE, "tgt", sizes=(200, 40, 100, 100), threads=1)
+    assert [(r["vocab_size"], r["pieces"]) for r in result.sizes] == [(40, 40), (100, most)]
+    assert result.ceiling == most and result.beyond == [200]
+    rows = [r for r in table_rows([result]) if r["vocabulary"] != "model"]
+    assert [r["size"] for r in rows] == [40, most]  # no row twice
+    assert result.sizes[1]["fertility"] == 1.0  # every word one piece: nothing bigger to gain, the ceiling is named
+    assert result.recommendation["vocab_size"] == most and "no more than" in result.recommendation["reason"]
+    assert f"at most {most} pieces" in markdown([result], "m", None)
 
 
 def test_barely_seen_pieces_and_the_side_of_a_text(model_dir):

@@ -30,6 +30,8 @@ class SideAudit:
     shattered: list[dict] = field(default_factory=list)  # frequent words in the most pieces
     barely_seen: dict | None = None  # share of pieces seen fewer than `rare` times in the model's corpus
     recommendation: dict = field(default_factory=dict)
+    ceiling: int | None = None  # the most pieces SentencePiece finds in the text, when a size asked for more
+    beyond: list[int] = field(default_factory=list)  # sizes past the ceiling: not trained (the same vocabulary)
 
 
 def shattered_words(sp: spm.SentencePieceProcessor, counts: Counter, top: int = 15, min_pieces: int = 3) -> list[dict]:
@@ -54,31 +56,38 @@ def barely_seen(sp: spm.SentencePieceProcessor, text: list[str], corpus: list[st
             "corpus_lines": len(corpus)}
 
 
-def recommend(model_fertility: float, rows: list[dict]) -> dict:
-    """The smallest trained size past which doubling cuts fertility by less than GAIN; keep the model's vocabulary
-    when even the best trained one is within GAIN of it."""
-    rows = sorted(rows, key=lambda r: r["vocab_size"])
+def recommend(model_fertility: float, rows: list[dict], ceiling: int | None = None) -> dict:
+    """The smallest trained vocabulary past which the next size cuts fertility by less than GAIN, named by the
+    pieces it reached (what `adapt --vocab-size` then gives); keep the model's vocabulary when even the best trained
+    one is within GAIN of it. `ceiling`: the most pieces the text gives, when a size asked for more."""
+    rows = sorted(rows, key=lambda r: r["pieces"])
     best = min(r["fertility"] for r in rows)
     if model_fertility <= best * (1 + GAIN):
         return {"vocab_size": None, "reason": f"the model's vocabulary already segments this text about as finely as "
                 f"one trained on it ({model_fertility:.2f} pieces/word against {best:.2f}): adapting gains little"}
-    chosen = rows[-1]
+    chosen, why = rows[-1], (f"SentencePiece finds no more than {ceiling} pieces in this text" if ceiling else
+                             "it is the largest size tried (larger --sizes may cut more)")
     for row, bigger in zip(rows, rows[1:], strict=False):
         if row["fertility"] <= bigger["fertility"] * (1 + GAIN):
-            chosen = row
+            chosen, why = row, f"{bigger['pieces']} pieces cut less than {GAIN:.0%} more"
             break
     cut = 1 - chosen["fertility"] / model_fertility
-    return {"vocab_size": chosen["vocab_size"],
+    return {"vocab_size": chosen["pieces"],
             "reason": f"{chosen['fertility']:.2f} pieces/word against {model_fertility:.2f} under the model's "
-                      f"vocabulary ({cut:.0%} fewer); a larger vocabulary cuts less than {GAIN:.0%} more, and "
-                      f"{chosen['unseen_token_rate']:.0%} of its tokens are new rows to initialise"}
+                      f"vocabulary ({cut:.0%} fewer); {why}, and {chosen['unseen_token_rate']:.0%} of its tokens are "
+                      f"new rows to initialise"}
 
 
 def audit_side(model_sp: spm.SentencePieceProcessor, text: list[str], side: str, sizes=SIZES, seed: int = 1,
                threads: int = 2, corpus: list[str] | None = None, rare: int = 10) -> SideAudit:
+    """The audit of one side; sizes past the text's ceiling (a vocabulary that stopped short of its size) are not
+    trained: SentencePiece would stop at the same pieces again, and the table would list that vocabulary twice."""
     counts = Counter(word for line in text for word in line.split())
     result = SideAudit(side, len(text), sum(counts.values()), {})
-    for size in sizes:
+    for size in sorted(set(sizes)):
+        if result.ceiling:
+            result.beyond.append(size)
+            continue
         new = spm.SentencePieceProcessor(model_proto=train_spm(text, SpmModel(vocab_size=size, hard_vocab_limit=False),
                                                                seed, threads, f"audit {side} {size}"))
         m = mismatch(model_sp, new, text)
@@ -87,10 +96,12 @@ def audit_side(model_sp: spm.SentencePieceProcessor, text: list[str], side: str,
         result.sizes.append({"vocab_size": size, "pieces": m["vocab_size"]["new"], "fertility": m["fertility"]["new"],
                              "unseen_token_rate": m["unseen_token_rate"], "unseen_types": m["unseen_types"],
                              "shared_types": m["shared_types"]})
+        if m["vocab_size"]["new"] < size:
+            result.ceiling = m["vocab_size"]["new"]
     result.shattered = shattered_words(model_sp, counts)
     if corpus:
         result.barely_seen = barely_seen(model_sp, text, corpus, rare)
-    result.recommendation = recommend(result.model["fertility"], result.sizes)
+    result.recommendation = recommend(result.model["fertility"], result.sizes, result.ceiling)
     return result
 
 
@@ -131,6 +142,9 @@ def markdown(audits: list[SideAudit], model: str, plot_name: str | None) -> str:
         size = rec["vocab_size"] or "keep the model's"
         lines += [f"## {a.side} side ({a.lines} lines, {a.words} words)", "",
                   f"**Recommended vocabulary size: {size}** ({rec['reason']}).", ""]
+        if a.beyond:
+            lines += [f"Sizes {', '.join(map(str, a.beyond))} not trained: the text gives at most {a.ceiling} "
+                      "pieces.", ""]
         if a.barely_seen:
             lines += [f"{a.barely_seen['token_share']:.1%} of the text's pieces occur fewer than "
                       f"{a.barely_seen['rare_below']} times in the model's corpus.", ""]
