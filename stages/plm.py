@@ -17,7 +17,6 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from stages import _paths as paths
@@ -81,7 +80,7 @@ def main(argv: list[str]) -> None:
 def vocabulary(text: list[str], size: int, folder: Path, fingerprint: dict):
     """The BERT's tokenizer: trained once per text and size, then reused when training resumes (the
     checkpoint's fingerprint names the tokenizer file, so that a retrained one starts training afresh)."""
-    from transformers import AutoTokenizer
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
 
     record = folder / "fingerprint.json"
     if record.is_file() and json.loads(record.read_text(encoding="utf-8")) == fingerprint:
@@ -94,6 +93,8 @@ def vocabulary(text: list[str], size: int, folder: Path, fingerprint: dict):
 
 def write_curve(rows: list[dict], path: Path) -> None:
     """The masked-LM learning curve as a CSV file that `dvc plots show` draws."""
+    import pandas as pd
+
     with atomic_file(path) as f:
         pd.DataFrame(rows, columns=CURVE_COLUMNS).to_csv(f, index=False)
 

@@ -55,3 +55,16 @@ def test_sponsored_decoding_benchmark_decodes_the_same_pieces_both_ways():
                 "--vocab", "200", "--repeat", "1"])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "same pieces: True" in done.stdout
+
+
+def test_startup_benchmark_times_stages_and_finds_no_slow_library_loaded_at_import():
+    # one round, two stages: a stage that needs torch and one that needs nothing heavy until it trains
+    done = run(["benchmarks/startup.py", "--runs", "1", "--stages", "cbow", "evaluate"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "import torch:" in done.stdout
+    loaded = {line.split()[0]: line.split("  ")[-1].split() for line in done.stdout.splitlines()
+              if line.startswith(("cbow ", "evaluate "))}
+    assert set(loaded) == {"cbow", "evaluate"}
+    # transformers' model code, gensim and pandas cost seconds: a stage imports them where it uses them
+    assert {"transformers", "gensim", "pandas"}.isdisjoint(loaded["cbow"] + loaded["evaluate"]), loaded
+    assert "torch" in loaded["evaluate"]

@@ -11,27 +11,34 @@ from __future__ import annotations
 import logging
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
-import torch
-from gensim.models import KeyedVectors, Word2Vec
-from gensim.models.callbacks import CallbackAny2Vec
 from tqdm import tqdm
 
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import InputError
 
+if TYPE_CHECKING:  # gensim takes a second to import, torch more; the functions that need them import them
+    from gensim.models import KeyedVectors
 
-class _Progress(CallbackAny2Vec):
-    def __init__(self, epochs: int, name: str):
-        self.bar = tqdm(total=epochs, desc=f"cbow {name}", unit="epoch")
 
-    def on_epoch_end(self, model):
-        self.bar.update(1)
+def _progress(epochs: int, name: str):
+    """A progress bar over gensim's epochs (a gensim callback, so defined once gensim is imported)."""
+    from gensim.models.callbacks import CallbackAny2Vec
 
-    def on_train_end(self, model):
-        self.bar.close()
+    class Progress(CallbackAny2Vec):
+        def __init__(self):
+            self.bar = tqdm(total=epochs, desc=f"cbow {name}", unit="epoch")
+
+        def on_epoch_end(self, model):
+            self.bar.update(1)
+
+        def on_train_end(self, model):
+            self.bar.close()
+
+    return Progress()
 
 
 def stable_hash(text: str) -> int:
@@ -47,6 +54,8 @@ def train_cbow(lines: list[str], sp: spm.SentencePieceProcessor, dim: int, cfg, 
     that the others are learned around them, in their space. With one thread (cfg.threads = 1) the vectors are
     the same on every run; more threads are faster but not.
     """
+    from gensim.models import Word2Vec
+
     sentences = [s for s in sp.encode(lines, out_type=str) if s]
     if not sentences:
         raise InputError(f"cbow {name}: no text to train on")
@@ -61,7 +70,7 @@ def train_cbow(lines: list[str], sp: spm.SentencePieceProcessor, dim: int, cfg, 
                 k = model.wv.key_to_index[piece]
                 model.wv.vectors[k], lock[k] = row, 0.0
         model.wv.vectors_lockf = lock
-    model.train(sentences, total_examples=len(sentences), epochs=cfg.epochs, callbacks=[_Progress(cfg.epochs, name)])
+    model.train(sentences, total_examples=len(sentences), epochs=cfg.epochs, callbacks=[_progress(cfg.epochs, name)])
     return model.wv
 
 
@@ -71,6 +80,8 @@ def save_vectors(kv: KeyedVectors, path: Path) -> None:
 
 def load_vectors(path: Path, dim: int | None = None) -> KeyedVectors:
     """Read word2vec binary vectors; a dimension that differs from `dim` is an error naming the file."""
+    from gensim.models import KeyedVectors
+
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such CBOW file")
@@ -111,6 +122,8 @@ def rows_from_vectors(kv: KeyedVectors, tokens: list[str], rows: np.ndarray) -> 
 def initialise_embeddings(model, vocabs: dict[str, object], texts: dict[str, list[str]], cfg) -> dict:
     """Sato et al. §4.2: the Transformer's source and target embedding rows start from CBOW vectors trained on
     `texts` in the model's own pieces (the decoder's output layer is tied to its input rows and follows)."""
+    import torch
+
     stats = {}
     for role, embedding in (("src", model.get_encoder().embed_tokens), ("tgt", model.get_decoder().embed_tokens)):
         vocab = vocabs[role]

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 from vocabridge.errors import InputError
 from vocabridge.nmt.vocab import Vocab
+
+if TYPE_CHECKING:  # transformers' model code costs seconds to import: the functions that need it import it
+    from transformers.models.marian.configuration_marian import MarianConfig
+    from transformers.models.marian.modeling_marian import MarianMTModel
 
 # target_vocab.json too, unless the model shares one vocabulary between source and target
 MODEL_FILES = ("config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json")
@@ -23,6 +27,8 @@ MODEL_FILES = ("config.json", "model.safetensors", "source.spm", "target.spm", "
 
 def marian_config(arch, src_size: int, tgt_size: int, pad_id: int) -> MarianConfig:
     """The Transformer of `arch` with separate source/target embeddings, decoder input/output tied."""
+    from transformers.models.marian.configuration_marian import MarianConfig
+
     return MarianConfig(
         vocab_size=src_size, decoder_vocab_size=tgt_size, share_encoder_decoder_embeddings=False,
         d_model=arch.d_model, encoder_layers=arch.encoder_layers, decoder_layers=arch.decoder_layers,
@@ -44,6 +50,8 @@ def use_fast_attention(model: MarianMTModel, device: torch.device | str) -> Mari
 
 def build_model(arch, src: Vocab, tgt: Vocab, seed: int) -> MarianMTModel:
     """A freshly initialised Transformer with separate source/target embeddings, decoder in/out tied."""
+    from transformers.models.marian.modeling_marian import MarianMTModel
+
     if len(src) != len(tgt):
         raise ValueError("source and target vocabularies must have equal length (see nmt.vocab)")
     torch.manual_seed(seed)
@@ -52,6 +60,8 @@ def build_model(arch, src: Vocab, tgt: Vocab, seed: int) -> MarianMTModel:
 
 def save_model(model: MarianMTModel, src: Vocab, tgt: Vocab, out: Path, generation: dict | None = None) -> None:
     """Write an OPUS-MT-style directory into `out` (use inside fileio.atomic_dir)."""
+    from transformers.generation.configuration_utils import GenerationConfig
+
     out.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(
         decoder_start_token_id=tgt.pad_id, pad_token_id=tgt.pad_id, eos_token_id=0, forced_eos_token_id=0,
@@ -82,6 +92,8 @@ def check_model_dir(path: Path) -> None:
 
 def load_model(path: Path, device: str = "cpu") -> tuple[MarianMTModel, Vocab, Vocab]:
     """Model and vocabularies from a directory, weights from safetensors only."""
+    from transformers.models.marian.modeling_marian import MarianMTModel
+
     src, tgt = load_vocabs(path)
     return MarianMTModel.from_pretrained(Path(path), use_safetensors=True).to(device), src, tgt
 

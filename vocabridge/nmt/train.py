@@ -17,16 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 import sacrebleu
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from tqdm import tqdm
-from transformers import MarianMTModel, get_inverse_sqrt_schedule
 
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import VocabridgeError
@@ -37,6 +35,9 @@ from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import resolve_bf16, usable_cores
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab, domain_tag
+
+if TYPE_CHECKING:  # every stage imports this module for use_compute: transformers and pandas wait until used
+    from transformers.models.marian.modeling_marian import MarianMTModel
 
 
 class TrainingError(VocabridgeError):
@@ -170,6 +171,8 @@ class Trainer:
         self._prepare()
         self.precision = resolve_bf16(cfg.bf16, self.device)
         self.bf16 = self.precision.bf16
+        from transformers.optimization import get_inverse_sqrt_schedule
+
         self.optimizer = adam([p for p in model.parameters() if p.requires_grad], cfg.lr)
         self.scheduler = get_inverse_sqrt_schedule(self.optimizer, num_warmup_steps=max(cfg.warmup, 1))
         self.state = State()
@@ -368,6 +371,8 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
 
 def write_logs(state: State, plots: Path) -> None:
     """The learning curves as CSV files that `dvc plots show` draws."""
+    import pandas as pd
+
     plots.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(state.loss_log, columns=["step", "loss", "lr", "target_tokens_per_s"]).to_csv(
         plots / "train_loss.csv", index=False)

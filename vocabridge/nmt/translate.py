@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from tqdm import tqdm
-from transformers import MarianMTModel
 
 from vocabridge.nmt.model import load_model, load_vocabs
 from vocabridge.nmt.precision import Precision, resolve_bf16
 from vocabridge.nmt.vocab import Vocab
+
+if TYPE_CHECKING:
+    from transformers.models.marian.modeling_marian import MarianMTModel
 
 
 @torch.inference_mode()

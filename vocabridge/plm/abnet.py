@@ -19,16 +19,20 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, DynamicCache, EncoderDecoderCache
 
 from vocabridge.config import AbnetAdapters
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir, write_json
+
+if TYPE_CHECKING:  # stages import this module to tell an AB-Net row apart; transformers loads with the model
+    from transformers.models.bert.configuration_bert import BertConfig
+    from transformers.models.bert.modeling_bert import BertForMaskedLM, BertLMHeadModel
 
 
 class EncoderAdapter(nn.Module):
@@ -127,6 +131,8 @@ class ABNet(nn.Module):
 def autoregressive_decoder_config(target: BertConfig) -> BertConfig:
     """AB-Net-Enc's decoder: the target BERT's sizes and vocabulary, causal, with cross-attention; [CLS] starts a
     sentence and [SEP] ends it."""
+    from transformers.models.bert.configuration_bert import BertConfig
+
     config = BertConfig(**{k: v for k, v in target.to_dict().items() if k in BertConfig().to_dict()})
     config.is_decoder, config.add_cross_attention = True, True
     config.architectures = ["BertLMHeadModel"]
@@ -174,6 +180,8 @@ def beam_search(model: ABNetEnc, source: torch.Tensor, source_keep: torch.Tensor
                 beam: int, length_penalty: float = 1.0, max_len: int = 126) -> list[list[int]]:
     """AB-Net-Enc's translations by transformers' beam search (beam 1: greedy), pieces without [CLS]/[SEP]; at
     most `max_len` pieces and never more than the decoder has positions for."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
     max_len = min(max_len, model.decoder.config.max_position_embeddings - 2)
     out = model.decoder.generate(
         input_ids=torch.full((len(source), 1), special["cls"], dtype=torch.long, device=source.device),
@@ -340,7 +348,9 @@ def save_abnet(model, out: Path, source_tokenizer, target_tokenizer) -> None:
 def load_abnet(path: Path, device: torch.device | str = "cpu"):
     """The model (ABNet, ABNetEnc or PlmSponsored) on `device` and both tokenizers of a save_abnet directory
     (safetensors only)."""
-    from transformers import AutoTokenizer
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
+    from transformers.models.bert.configuration_bert import BertConfig
+    from transformers.models.bert.modeling_bert import BertLMHeadModel
 
     from vocabridge.plm.bert import load_bert
 
@@ -378,6 +388,8 @@ def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretr
     `decoder: autoregressive`: AB-Net-Enc, a decoder from scratch with the target BERT's sizes and vocabulary.
     `decoder: coordinator`: the PLM-sponsored model (settings `sponsored`), its teacher a frozen copy of the
     source BERT."""
+    from transformers.models.bert.modeling_bert import BertLMHeadModel
+
     from vocabridge.plm.bert import load_bert
 
     source_bert, source_tokenizer = load_bert(source_dir)

@@ -16,22 +16,20 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
-from transformers import (
-    AutoTokenizer,
-    BertConfig,
-    BertForMaskedLM,
-    DataCollatorForLanguageModeling,
-    PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-)
 
 from vocabridge.config import BertArch, MlmTraining
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
 from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
+
+if TYPE_CHECKING:  # transformers' model code costs seconds to import: the functions that need it import it
+    from transformers.models.bert.modeling_bert import BertForMaskedLM
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+    from transformers.tokenization_utils_tokenizers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -76,6 +74,7 @@ def bert_tokenizer_from_spm(model_file: Path, out: Path | None = None) -> PreTra
 def _as_bert_tokenizer(unigram, out: Path | None) -> PreTrainedTokenizerFast:
     """Metaspace pieces, [CLS] ... [SEP] framing, BERT's special tokens; saved to `out` when given."""
     from tokenizers import decoders, pre_tokenizers, processors
+    from transformers.tokenization_utils_tokenizers import PreTrainedTokenizerFast
 
     unigram.pre_tokenizer = pre_tokenizers.Metaspace()
     unigram.decoder = decoders.Metaspace()
@@ -93,6 +92,9 @@ def _as_bert_tokenizer(unigram, out: Path | None) -> PreTrainedTokenizerFast:
 
 def build_bert(size: BertArch, tokenizer: PreTrainedTokenizerBase, seed: int) -> BertForMaskedLM:
     """A freshly initialised BERT with an MLM head (output layer tied to the embeddings)."""
+    from transformers.models.bert.configuration_bert import BertConfig
+    from transformers.models.bert.modeling_bert import BertForMaskedLM
+
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=size.hidden, num_hidden_layers=size.layers,
                         num_attention_heads=size.heads, intermediate_size=size.ffn,
@@ -124,6 +126,9 @@ def check_bert_dir(path: Path) -> None:
 
 def load_bert(path: Path) -> tuple[BertForMaskedLM, PreTrainedTokenizerBase]:
     """A BERT directory's model (with its MLM head; safetensors only) and tokenizer, offline."""
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
+    from transformers.models.bert.modeling_bert import BertForMaskedLM
+
     check_bert_dir(path)
     model = BertForMaskedLM.from_pretrained(path, use_safetensors=True, local_files_only=True)
     model.set_attn_implementation("eager")
@@ -157,6 +162,8 @@ class MlmTrainer:
     def __init__(self, model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase, train: list[list[int]],
                  held_out: list[list[int]], cfg: MlmTraining, ckpt_dir: Path, fingerprint: dict, name: str,
                  device: torch.device | str = "cpu"):
+        from transformers.data.data_collator import DataCollatorForLanguageModeling
+
         if not train:
             raise InputError(f"{name}: no training text")
         self.device = torch.device(device)

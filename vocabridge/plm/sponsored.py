@@ -17,14 +17,18 @@ without the source, on 10% of the words. Every term but L_NMT can be switched of
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import BertForMaskedLM, DynamicCache
 
 from vocabridge.config import AbnetAdapters, Sponsored
 from vocabridge.errors import InputError
 from vocabridge.plm.abnet import additive_mask
+
+if TYPE_CHECKING:
+    from transformers.models.bert.modeling_bert import BertForMaskedLM
 
 
 def coordinator_mask(m: int, n: int) -> torch.Tensor:
@@ -216,6 +220,8 @@ class Prefixes:
     position sees a later one, so earlier states never change and a step runs the new position only."""
 
     def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor):
+        from transformers.cache_utils import DynamicCache
+
         self.model, self.r_s, self.source_padding = model, r_s, source_keep == 0
         self.cache = DynamicCache()
         empty = r_s.new_zeros(len(r_s), 0, r_s.shape[-1])

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import sacrebleu
 import torch
-from transformers import DataCollatorForLanguageModeling
 
 from vocabridge.config import MaskPredict
 from vocabridge.corpora.user import read_text_lines
@@ -177,6 +176,8 @@ class SponsoredTrainer(AbnetEncTrainer):
         batch = super()._collate(idx)
         seed, settings = self.cfg.seed * 1_000_003 + self.state.step, self.model.settings
         if settings.mlm:
+            from transformers.data.data_collator import DataCollatorForLanguageModeling
+
             masker = DataCollatorForLanguageModeling(self.src, mlm_probability=settings.mlm, seed=seed)
             masked = masker([{"input_ids": self.data.src[i].tolist()} for i in idx])
             batch |= {"mlm_source": masked["input_ids"], "mlm_labels": masked["labels"]}

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import numpy as np
-from transformers import MarianMTModel
 
 from vocabridge.cbow import load_vectors
 from vocabridge.config import Diagnostics, TransferMethod
@@ -49,6 +49,9 @@ from vocabridge.transfer.methods import (
 from vocabridge.transfer.plan import Side
 from vocabridge.transfer.swap import matrices, pair, swap_embeddings
 
+if TYPE_CHECKING:  # the stages import this package for its table of methods; models load when a method builds
+    from transformers.models.marian.modeling_marian import MarianMTModel
+
 
 @dataclass
 class Resources:
@@ -66,7 +69,7 @@ class Resources:
     #                                att-eg, patt-eg, patt-eg-kd
 
 
-Built = tuple[MarianMTModel, Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
+Built = tuple["MarianMTModel", Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
 
 
 NEEDS = frozenset({"cbow", "text", "corpus", "generator"})  # what a method may draw on beyond the pretrained model

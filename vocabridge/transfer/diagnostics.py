@@ -12,16 +12,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sacrebleu
 import torch
-from transformers import MarianMTModel
 
 from vocabridge.nmt.train import dev_loss
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab
 from vocabridge.transfer.plan import BOUNDARY, Plan, Side, normalize
+
+if TYPE_CHECKING:
+    from transformers.models.marian.modeling_marian import MarianMTModel
 
 
 def leave_one_out(side: Side, initializer: Callable, knobs, share: float, seed: int) -> dict | None:

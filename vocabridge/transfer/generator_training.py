@@ -32,13 +32,12 @@ import time
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
-from transformers import MarianMTModel
 
 from vocabridge.config import GeneratorTraining, Resegment
 from vocabridge.errors import InputError
@@ -49,6 +48,9 @@ from vocabridge.nmt.vocab import Vocab
 from vocabridge.transfer.generator import Generator
 from vocabridge.transfer.morph import MorphIndex
 from vocabridge.transfer.plan import BOUNDARY, SPECIALS, is_filler
+
+if TYPE_CHECKING:
+    from transformers.models.marian.modeling_marian import MarianMTModel
 
 # --- re-segmentation ------------------------------------------------------------------------------------------
 
@@ -424,6 +426,8 @@ def summary(state: State, trainer: GeneratorTrainer) -> dict:
 def write_curves(states: dict[str, State], path: Path) -> None:
     """The learning curves of all variants as one CSV (variant, step, loss, lp, ld) for `dvc plots show`;
     a header only when no variant was trained."""
+    import pandas as pd
+
     frames = [pd.DataFrame(state.log, columns=["step", "loss", "lp", "ld"]).assign(variant=name)
               for name, state in states.items()]
     columns = ["variant", "step", "loss", "lp", "ld"]

@@ -13,15 +13,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
 import torch
-from gensim.models import KeyedVectors
 from scipy import sparse
 
 from vocabridge.errors import InputError
 from vocabridge.nmt.vocab import EOS, PAD, UNK
+
+if TYPE_CHECKING:  # vocabridge.cbow reads the vectors; gensim costs a second to import
+    from gensim.models import KeyedVectors
 
 SPECIALS = frozenset({EOS, UNK, PAD, "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})  # Marian's, BERT's
 BOUNDARY = "\u2581"  # SentencePiece's word-boundary marker

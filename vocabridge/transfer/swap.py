@@ -9,12 +9,15 @@ nmt.model.save_model into a directory that AutoModelForSeq2SeqLM and MarianToken
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import MarianMTModel
 
 from vocabridge.nmt.vocab import PAD, Vocab
+
+if TYPE_CHECKING:
+    from transformers.models.marian.modeling_marian import MarianMTModel
 
 VOCAB_SIZED = ("embed_tokens", "shared.weight", "lm_head", "final_logits_bias")
 
@@ -47,6 +50,8 @@ def pair(src: Vocab, tgt: Vocab) -> tuple[Vocab, Vocab]:
 def swap_embeddings(model: MarianMTModel, src: Vocab, tgt: Vocab, encoder: np.ndarray, decoder: np.ndarray,
                     bias: np.ndarray, output: np.ndarray | None = None) -> MarianMTModel:
     """A new Marian model with the given vocabularies and rows; `output` only for an untied output layer."""
+    from transformers.models.marian.modeling_marian import MarianMTModel
+
     if len(src) != len(tgt) or encoder.shape[0] != len(src) or decoder.shape[0] != len(tgt):
         raise ValueError("swap_embeddings: matrix rows must match equal-length vocabularies")
     config = copy.deepcopy(model.config)
