@@ -369,7 +369,7 @@ def test_swap_keeps_the_model_and_reloads_with_transformers(tmp_path):
 @pytest.mark.parametrize(("method", "sides"), [(m, "both") for m in ("ft-tgtv-random", "va-cbow", "va-linear",
                                                                       "va-llm", "fvt", "focus", "avg-eg", "fwet",
                                                                       "word2vec", "embedding-recon",
-                                                                      "independent-encoder")]
+                                                                      "independent-encoder", "mean")]
                          + [("va-llm", "decoder"), ("avg-eg", "decoder")])
 def test_every_method_builds_a_model_that_reloads(tmp_path, method, sides):
     de_lines = ["das haus ist gross", "das boot ist klein", "ein haus am see"] * 20

@@ -57,8 +57,10 @@ def adapt(args: argparse.Namespace) -> dict:
     from vocabridge.nmt.model import check_model_dir, save_model
     from vocabridge.tokenizers import train_spm
     from vocabridge.transfer import Resources, get_method, knobs_for
+    from vocabridge.transfer.init_map import read_init_map
 
     check_model_dir(args.model)
+    init_map = read_init_map(args.init_map) if args.init_map else None  # its line errors before any training
     method = get_method(args.method)
     knobs = knobs_for(args.method, {args.method: TransferMethod(sides=args.sides, shared=args.shared, k=args.k,
                                                                  reg=args.reg, extend=args.extend)})
@@ -93,7 +95,7 @@ def adapt(args: argparse.Namespace) -> dict:
             else {}
         res = Resources(pretrained=args.model, downstream_spm=spm_files, seed=args.seed, cbow=cbow_files, knobs=knobs,
                         diagnostics=Diagnostics(probes=args.probes), text=text,
-                        generator=args.generator if method.generator else None)
+                        generator=args.generator if method.generator else None, init_map=init_map)
         model, src, tgt, diagnostics = method.build(res)
         diagnostics |= {"method": args.method, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                         "pretrained": str(args.model)}
@@ -343,6 +345,12 @@ def main(argv: list[str]) -> None:
                     help="keep the model's vocabulary and append the N pieces of the vocabulary trained on your text "
                          "that cut pieces per word most, instead of replacing it; the model's rows and its "
                          "segmentation of other words stay as they were (default 0: replace)")
+    ad.add_argument("--init-map", type=Path, default=None, metavar="FILE",
+                    help="rows you choose: a UTF-8 file of lines NEW<TAB>OLD[<TAB>OLD...], tokens written as the "
+                         "vocabularies hold them (word-initial pieces with their '\u2581'); NEW's row becomes OLD's "
+                         "row (the mean of several OLD rows) on each adapted side whose new vocabulary holds NEW "
+                         "and whose pretrained one holds OLD, whatever --method makes for the others; blank lines are "
+                         "skipped; diagnostics.json lists the rows under init_map")
     ad.add_argument("--vocab-size", type=int, default=8000,
                     help="SentencePiece vocabulary size per language, at most (default 8000)")
     ad.add_argument("--cbow-window", type=int, default=5, help="CBOW context window (default 5)")

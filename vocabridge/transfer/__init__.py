@@ -35,6 +35,7 @@ from vocabridge.transfer.diagnostics import leave_one_out, neighbours
 from vocabridge.transfer.extension import extend_vocab
 from vocabridge.transfer.focus_ref import build as focus_reference
 from vocabridge.transfer.generator import load_generator
+from vocabridge.transfer.init_map import InitMap, apply_map, resolve
 from vocabridge.transfer.methods import (
     anchors,
     cbow,
@@ -43,6 +44,7 @@ from vocabridge.transfer.methods import (
     generated,
     independent,
     linear,
+    mean_init,
     random_init,
     word2vec,
 )
@@ -67,6 +69,7 @@ class Resources:
     corpus: Path | None = None  # the downstream corpus folder (train.LANG, mono.LANG): focus-ref trains on it
     generator: Path | None = None  # the generator stage's folder (VARIANT.safetensors), or one generator file:
     #                                att-eg, patt-eg, patt-eg-kd
+    init_map: InitMap | None = None  # rows the user names (`adapt --init-map`): they replace the method's
 
 
 Built = tuple["MarianMTModel", Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
@@ -137,6 +140,8 @@ def adapt(res: Resources, initializer: Callable, check_loo: bool = True) -> Buil
         new_tgt, diagnostics["tgt_extension"] = adapted_vocab(old_tgt, "tgt", res)
     src, tgt = pair(new_src, new_tgt)
     mats = matrices(model)
+    mapped = resolve(res.init_map, {name: (old.tokens, new.tokens) for name, old, new in (
+        ("encoder", old_src, src), ("decoder", old_tgt, tgt)) if name in chosen}) if res.init_map else {}
     plans = {}
     for name, role, old, new in (("encoder", "src", old_src, src), ("decoder", "tgt", old_tgt, tgt)):
         emb = mats[name]
@@ -149,12 +154,15 @@ def adapt(res: Resources, initializer: Callable, check_loo: bool = True) -> Buil
             plans[name] = random_init(side, dataclasses.replace(knobs, shared="copy"), rng)
             diagnostics[name] = {"adapted": False, "rows": plans[name].shares()}
             continue
-        plans[name] = plan = initializer(side, knobs, rng)
+        rows = mapped.get(name, {})
+        plans[name] = plan = apply_map(initializer(side, knobs, rng), rows)
         diagnostics[name] = {
             "adapted": True, "rows": plan.shares(), **plan.stats,
             "leave_one_out": leave_one_out(side, initializer, knobs, cfg.held_out, cfg.seed) if check_loo else None,
             "neighbours": neighbours(side, plan, plan.apply(emb), cfg.probes),
         }
+        if res.init_map:  # which rows the map made: new token -> the pretrained tokens it was copied from
+            diagnostics[name]["init_map"] = {new.tokens[i]: [old.tokens[j] for j in js] for i, js in rows.items()}
     decoder = plans["decoder"]
     model = swap_embeddings(model, src, tgt, plans["encoder"].apply(mats["encoder"]), decoder.apply(mats["decoder"]),
                             decoder.apply_bias(mats["bias"]),
@@ -214,6 +222,8 @@ METHODS: dict[str, Method] = {
     "mdl": Method(keep_pretrained, finetune=False, vocabulary="joint", defaults={"upstream": "mdl"}),
     "ft-tgtv-random": Method(adapted(random_init), "random, at the pretrained rows' per-dimension mean and spread "
                              "(Aji et al. 2020)"),
+    "mean": Method(adapted(mean_init), "the mean of the pretrained rows (transformers' resize_token_embeddings with "
+                   "mean_resizing)"),
     "va-cbow": Method(adapted(cbow), "its CBOW vector as it is (Sato et al. 2020)", CBOW, defaults=REPROJECT),
     "va-linear": Method(adapted(linear), "its CBOW vector under the orthogonal map fitted on shared tokens (Sato "
                         "et al. 2020)", CBOW, defaults=REPROJECT),

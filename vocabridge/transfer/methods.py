@@ -1,6 +1,7 @@
 """The vocabulary-transfer initialisers: each fills a Plan for one Side (see plan.py).
 
 - random (ft-tgtv-random, Aji et al. 2020): shared tokens copied, new ones random at the pretrained scale;
+- mean: shared tokens copied, new ones at the pretrained rows' mean (transformers' `mean_resizing`);
 - cbow (va-cbow, Sato et al. 2020): the new domain's CBOW vectors as they are;
 - linear (va-linear): CBOW vectors mapped by the orthogonal Procrustes map fitted on shared tokens;
 - anchors: each new token a weighted combination of pretrained rows of anchor tokens; the configurations are
@@ -50,6 +51,24 @@ from vocabridge.transfer.plan import (
 def random_init(side: Side, knobs, rng: np.random.Generator) -> Plan:
     builder = PlanBuilder(side, knobs.shared)
     return builder.build(rng)
+
+
+def mean_init(side: Side, knobs, rng: np.random.Generator) -> Plan:
+    """Every new row at the mean of the pretrained ordinary rows (specials and `<unused_i>` fillers left out, as
+    for `random`), the baseline of transformers' `resize_token_embeddings(mean_resizing=True)`. transformers
+    draws from N(mean, 1e-9 x covariance) (the mean itself where that is not positive definite): rows within
+    about 3e-5 standard deviations of the mean. This takes the mean itself, the same rows up to that noise and
+    no seed to depend on. As a combination of old rows it gives an untied output layer and the output bias their
+    own rows' mean."""
+    builder = PlanBuilder(side, knobs.shared)
+    ordinary = np.array([j for j, tok in enumerate(side.old_tokens) if tok not in SPECIALS and not is_filler(tok)],
+                        dtype=np.int64)
+    if not len(ordinary):
+        raise InputError(f"{side.name}: the pretrained vocabulary has no ordinary tokens to average")
+    weights = np.zeros(len(side.old_tokens))
+    weights[ordinary] = 1.0 / len(ordinary)
+    builder.pooled_rows(builder.todo, weights)
+    return builder.build(rng, mean_over=len(ordinary))
 
 
 def norm_scale(side: Side, knobs, vectors: np.ndarray | None = None) -> float:

@@ -99,15 +99,21 @@ class Plan:
     vectors: np.ndarray  # (new, d): rows given directly where `direct`
     direct: np.ndarray  # bool (new,)
     stats: dict = field(default_factory=dict)
+    pooled: np.ndarray | None = None  # bool (new,): rows that are all one dense combination of old rows (`pool`),
+    pool: np.ndarray | None = None  # (old,): its weights; kept apart because a dense row per new token is too big
 
     def apply(self, matrix: np.ndarray) -> np.ndarray:
         out = np.asarray(self.weights @ matrix, dtype=np.float32)
+        if self.pool is not None:
+            out[self.pooled] = self.pool @ matrix
         out[self.direct] = self.vectors[self.direct]
         return out
 
     def apply_bias(self, bias: np.ndarray) -> np.ndarray:
         """Bias entries follow the combinations; rows given directly get 0."""
         out = np.asarray(self.weights @ bias, dtype=np.float32)
+        if self.pool is not None:
+            out[self.pooled] = self.pool @ bias
         out[self.direct] = 0.0
         return out
 
@@ -129,6 +135,8 @@ class PlanBuilder:
         self.vals: list[float] = []
         self.vectors = np.zeros((n, d), np.float32)
         self.direct = np.zeros(n, dtype=bool)
+        self.pooled = np.zeros(n, dtype=bool)
+        self.pool: np.ndarray | None = None
         for i, tok in enumerate(side.new_tokens):
             if tok in SPECIALS and tok in side.old_index:
                 self.copy([i], [side.old_index[tok]], kind="special")
@@ -164,6 +172,15 @@ class PlanBuilder:
         self.vectors[new_ids] = vectors
         self.direct[new_ids] = True
 
+    def pooled_rows(self, new_ids: np.ndarray, weights: np.ndarray) -> None:
+        """Rows new_ids = weights . every old row (one dense combination shared by all of them, e.g. the mean)."""
+        if self.pool is not None and not np.array_equal(self.pool, weights):
+            raise ValueError("PlanBuilder: a plan holds one pooled combination")
+        for i in new_ids.tolist():
+            self.kind[i] = "projected"
+        self.pool = np.asarray(weights, dtype=np.float64)
+        self.pooled[new_ids] = True
+
     def random(self, new_ids: np.ndarray, rng: np.random.Generator) -> None:
         """Gaussian rows with the per-dimension mean and spread of the pretrained ordinary rows (Aji et al.)."""
         if not len(new_ids):
@@ -185,7 +202,8 @@ class PlanBuilder:
         n_old = len(self.side.old_tokens)
         weights = sparse.csr_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.kind), n_old),
                                     dtype=np.float32)
-        return Plan(self.kind, weights, self.vectors, self.direct, stats)
+        return Plan(self.kind, weights, self.vectors, self.direct, stats,
+                    self.pooled if self.pool is not None else None, self.pool)
 
 
 # --- numerical pieces shared by the methods ------------------------------------------------------------------
