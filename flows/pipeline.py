@@ -196,13 +196,15 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
              overrides: list[str] | None = None, targets: list[str] | None = None, force: bool = False,
              experiment_name: str | None = None, jobs: int = 0, retry_delay: float = 10.0,
              lock_timeout: float = 600.0, remote_stages: list[str] | None = None,
-             stage_deployment: str = "vocabridge-stage/gpu", git_url: str | None = None) -> str:
+             stage_deployment: str = "vocabridge-stage/gpu", git_url: str | None = None, estimate: bool = True) -> str:
     """Run the DAG of dvc.yaml (or the part that `targets` and `methods` select) and return the report table.
 
     With a `profile` other than the workspace's or with `overrides` (`key=value`, as `dvc exp run -S`), the
     run is a DVC experiment in its own clone: the workspace's params.yaml and outputs stay as they were.
     `jobs` stages run at once (0: one per core, 2 to 4); the cores are shared out among the stages that run
-    (`stage_threads`), since on a CPU two one-thread trainings outrun one two-thread training.
+    (`stage_threads`), since on a CPU two one-thread trainings outrun one two-thread training. `estimate`: log
+    what the run should cost first (`vocabridge estimate`; it times training updates, about half a minute on a
+    busy CPU, where the figures are not cached).
     """
     logger = get_run_logger()
     jobs = share_cores(jobs)
@@ -224,7 +226,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
             raise FlowError("remote_stages with overrides or a profile is not supported yet; run the "
                             "experiment in one workspace")
         logger.info("stages (from dvc.yaml): %s", ", ".join(dag.order))
-        est = log_estimate(dag, run_ws, jobs)
+        est = log_estimate(dag, run_ws, jobs) if estimate else None
         forced = set(dag.match(targets) if targets else dag.order) if force else set()
         record = RunRecord(run_ws / RUN_RECORD, est, jobs, cores())
         runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record)
@@ -261,7 +263,7 @@ def log_estimate(dag: Dag, workspace: Path, jobs: int):
 @flow(name="vocabridge-sweep")
 def sweep(key: str, values: list[str], workspace: str = ".", profile: str | None = None,
           methods: list[str] | None = None, overrides: list[str] | None = None, targets: list[str] | None = None,
-          jobs: int = 0) -> list[str]:
+          jobs: int = 0, estimate: bool = True) -> list[str]:
     """An ablation: one DVC experiment per value of one param key (e.g. k of va-llm in 1, 5, 10, 20).
 
     The experiments run one after another: they share the DVC cache, and what does not depend on the key
@@ -275,7 +277,7 @@ def sweep(key: str, values: list[str], workspace: str = ".", profile: str | None
         tables.append(pipeline.with_options(flow_run_name=f"{short}={value}")(
             workspace=workspace, profile=profile, methods=methods,
             overrides=[*(overrides or []), f"{key}={value}"], targets=targets,
-            experiment_name=f"{short}-{value}", jobs=jobs))
+            experiment_name=f"{short}-{value}", jobs=jobs, estimate=estimate))
     return tables
 
 
@@ -292,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=0,
                         help="stages at once (DVC locks per output); 0: one per core, 2 to 4")
     parser.add_argument("--sweep", nargs="+", metavar=("KEY", "VALUE"), help="KEY V1 V2 ...: one experiment each")
+    parser.add_argument("--no-estimate", dest="estimate", action="store_false",
+                        help="start without logging what the run should cost (it times training updates first)")
     args = vars(parser.parse_args(argv))
     swept = args.pop("sweep")
     try:
@@ -300,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise FlowError("--sweep needs a key and at least one value")
             for table in sweep(key=swept[0], values=swept[1:], workspace=args["workspace"],
                                profile=args["profile"], methods=args["methods"], overrides=args["overrides"],
-                               targets=args["targets"], jobs=args["jobs"]):
+                               targets=args["targets"], jobs=args["jobs"], estimate=args["estimate"]):
                 print(table)
         else:
             print(pipeline(**args))

@@ -132,8 +132,10 @@ def test_flow_runs_every_stage_through_dvc_in_dependency_order(tiny_flow):
     assert run(["dvc", "status"], project).stdout.strip() == "Data and pipelines are up to date."
     lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
     assert set(lock) == set(dag.order)
-    report = json.loads((project / "data/reports/mismatch.json").read_text())
-    assert f"| data/reports/mismatch.json | de.fertility.new | {report['de']['fertility']['new']} |" in table
+    report = (project / "data/reports/results/report.md").read_text().strip()
+    assert table.startswith(f"## vocabridge\n\n{report}\n\n### Stages")  # the report stage's table leads
+    record = json.loads((project / "data/reports/flow_run.json").read_text())
+    assert record["expected_flow_seconds"] > 0  # the estimate was logged before the stages started
     assert set(tasks) == set(dag.order) and all(t.state_type == "COMPLETED" for t in tasks.values())
     for name, stage in dag.stages.items():
         assert "stage:" + name.split("@")[0] in tasks[name].tags
@@ -163,8 +165,10 @@ def test_flow_result_is_published_as_markdown_artifact(tiny_flow):
 def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_copy):
     project = flow_copy
     before, lock = outputs(project), (project / "dvc.lock").read_text()
-    table = pipeline(workspace=str(project), targets=["mismatch"])
+    table = pipeline(workspace=str(project), targets=["mismatch"], estimate=False)
     assert stage_table(table) == {name: "up-to-date" for name in FIRST}
+    report = json.loads((project / "data/reports/mismatch.json").read_text())  # no report stage: the metrics
+    assert f"| data/reports/mismatch.json | de.fertility.new | {report['de']['fertility']['new']} |" in table
     assert outputs(project) == before and (project / "dvc.lock").read_text() == lock
     record = json.loads((project / "data/reports/flow_run.json").read_text())  # what the sittings did and cost
     assert record["sittings"][-1]["stages"] == {n: "up-to-date" for n in FIRST}  # this sitting looked them up
@@ -177,7 +181,7 @@ def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_copy):
 def test_overrides_run_as_experiments_and_leave_the_workspace_alone(flow_copy):
     project = flow_copy  # committed: experiments need a commit to start from
     params, lock, before = (project / "params.yaml").read_text(), (project / "dvc.lock").read_text(), outputs(project)
-    tables = sweep(key="spm.downstream.de.vocab_size", values=["900", "1000"], workspace=str(project),
+    tables = sweep(key="spm.downstream.de.vocab_size", values=["900", "1000"], workspace=str(project), estimate=False,
                    targets=["mismatch"])
     assert stage_table(tables[0])["spm@downstream"] == "ran" and stage_table(tables[0])["mismatch"] == "ran"
     assert stage_table(tables[0])["spm@upstream"] == "restored"  # from DVC's run cache, not rerun
@@ -193,7 +197,7 @@ def test_overrides_run_as_experiments_and_leave_the_workspace_alone(flow_copy):
     assert data["params"]["params.yaml"]["data"]["spm"]["downstream"]["de"]["vocab_size"] == 900
     assert data["metrics"]["data/reports/mismatch.json"]["data"]["de"]["vocab_size"]["new"] == 900
     with pytest.raises(FlowError, match="override 'spm.nosuchkey=3'"):
-        pipeline(workspace=str(project), overrides=["spm.nosuchkey=3"], targets=["mismatch"])
+        pipeline(workspace=str(project), overrides=["spm.nosuchkey=3"], targets=["mismatch"], estimate=False)
 
 
 @e2e
@@ -205,7 +209,7 @@ def test_two_flows_at_once_on_one_workspace(flow_copy, tmp_path):
     for i in range(2):
         env = prefect_env(tmp_path / f"home{i}")
         cmd = [sys.executable, "-m", "flows.pipeline", "--workspace", str(project), "--targets", "spm@downstream",
-               "--force"]
+               "--force", "--no-estimate"]
         procs.append(subprocess.Popen(cmd, cwd=Path(__file__).parents[1], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
         time.sleep(1)
@@ -251,7 +255,7 @@ def toy_project(tmp_path):
 
 @e2e
 def test_a_transient_failure_is_retried_and_the_flow_completes(toy_project):
-    table = pipeline(workspace=str(toy_project), targets=["flaky"], retry_delay=0.2)
+    table = pipeline(workspace=str(toy_project), targets=["flaky"], retry_delay=0.2, estimate=False)
     assert stage_table(table) == {"flaky": "ran"}
     assert (toy_project / "data/attempts-flaky").read_text() == "2"
     assert run(["dvc", "status", "flaky"], toy_project).stdout.strip() == "Data and pipelines are up to date."
@@ -259,7 +263,8 @@ def test_a_transient_failure_is_retried_and_the_flow_completes(toy_project):
 
 @e2e
 def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_succeeded(toy_project):
-    state = pipeline(workspace=str(toy_project), targets=["after", "flaky"], retry_delay=0.2, return_state=True)
+    state = pipeline(workspace=str(toy_project), targets=["after", "flaky"], retry_delay=0.2, return_state=True,
+                     estimate=False)
     assert state.is_failed()
     with pytest.raises(StageError) as err:
         state.result()
@@ -312,7 +317,7 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
         for pool in ("vocabridge-cpu", "vocabridge-gpu"):
             procs.append(start([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type",
                                 "process"], project, env, tmp_path / f"{pool}.log"))
-        params = {"targets": ["mismatch"], "remote_stages": ["spm@*"]}
+        params = {"targets": ["mismatch"], "remote_stages": ["spm@*"], "estimate": False}
         proc = prefect_cli(["deployment", "run", "vocabridge/full", "--params", json.dumps(params), "--watch",
                             "--watch-interval", "2", "--watch-timeout", "300"], project, env, timeout=330)
         logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
@@ -329,7 +334,7 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
         assert run(["git", "commit", "-qm", "before the sweep"], project).returncode == 0
         # DVC's cache and run cache as a machine that ran the tiny DAG before has them: nothing is pretrained again
         shutil.copytree(tiny_project / ".dvc/cache", project / ".dvc/cache", dirs_exist_ok=True)
-        sweep_params = {"methods": ["va-llm"], "values": ["1", "20"], "targets": ["transfer@va-llm"]}
+        sweep_params = {"methods": ["va-llm"], "values": ["1", "20"], "targets": ["transfer@va-llm"], "estimate": False}
         proc = prefect_cli(["deployment", "run", "vocabridge-sweep/ablation", "--params", json.dumps(sweep_params),
                             "--watch", "--watch-interval", "2", "--watch-timeout", "1800"], project, env, timeout=1830)
         logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
