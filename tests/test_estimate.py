@@ -132,6 +132,7 @@ def test_segment_lengths_come_from_the_prepared_corpus(tmp_path):
     assert typical_pieces(params, "downstream", tmp_path) == (8, 16)  # 5 and 10 words x 1.6 pieces per word
 
 
+@pytest.mark.e2e  # a real measurement of this machine: 20 s on two busy cores (startup, updates, decoding)
 def test_a_real_measurement_of_the_tiny_profile(tmp_path, monkeypatch):
     import vocabridge.estimate as estimate
 
