@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from ruamel.yaml import YAML
 
-from vocabridge.config import Cbow, Diagnostics, SpmModel, TransferMethod, apply_profile, flatten, read_yaml
+from vocabridge.config import WHOLE, Cbow, Diagnostics, SpmModel, TransferMethod, apply_profile, flatten, read_yaml
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 
@@ -26,7 +26,12 @@ def set_profile(name: str, params: Path = Path("params.yaml"), profiles: Path = 
     yaml.width = 110
     doc = yaml.load(params.read_text(encoding="utf-8"))
     changed = []
-    for dotted, value in flatten(read_yaml(overlay_path) | {"profile": name}).items():
+    overlay = read_yaml(overlay_path) | {"profile": name}
+    for key in WHOLE & set(overlay):  # the profile's rows are the grid's rows
+        if doc.get(key) != overlay[key]:
+            doc[key] = overlay[key]
+            changed.append(key)
+    for dotted, value in flatten({k: v for k, v in overlay.items() if k not in WHOLE}).items():
         node = doc
         *parents, leaf = dotted.split(".")
         for key in parents:

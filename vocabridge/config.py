@@ -216,12 +216,13 @@ class UpstreamModel:
 class Finetune:
     train: Training = field(default_factory=lambda: Training(max_updates=2500, warmup=500, eval_every=250))
     train_pairs: int = 0  # every row fine-tunes on a fixed sample of N downstream pairs (the low-resource
-    #                       regime; the same sample for every row and seed); 0: all; transfer.ROW.train_pairs overrides
+    #                       regime; the same sample for every row and seed); 0: all; rows.ROW.train_pairs overrides
 
 
 @dataclass
 class TransferMethod:
-    """One method's knobs; a key left out takes the method's own default (see vocabridge/transfer)."""
+    """A row of the grid: its method and knobs (never a seed: `seeds` are the grid's); a key left out takes the
+    method's own default (see vocabridge/transfer)."""
 
     method: str | None = None  # for a row whose name is not a method: the method it runs with these knobs
     sides: Literal["encoder", "decoder", "both"] | None = None  # which vocabularies are replaced
@@ -233,8 +234,6 @@ class TransferMethod:
     fwet_weights: Literal["softmax", "normalized"] | None = None  # fwet: softmax of raw counts (paper) or shares
     scale: Literal["none", "norm"] | None = None  # va-cbow/va-linear/word2vec: CBOW vectors as they are (the
     #                                               papers; None too) or scaled to the pretrained rows' mean norm
-    seed: int | None = None  # the row's seed: random new rows, fine-tuning's batches and dropout (deterministic
-    #                          initialisations ignore it); None: finetune.train.seed
     train_pairs: int | None = None  # fine-tune on N downstream pairs (a seeded sample; the low-resource regime);
     #                                 0: all of them; None: finetune.train_pairs
     extend: int | None = None  # append this many pieces of the adapted vocabulary to the pretrained one instead of
@@ -460,14 +459,17 @@ class Report:
 class Params:
     profile: str = "default"
     lang: Lang = field(default_factory=Lang)
-    methods: list[str] = field(default_factory=lambda: ["out-domain", "in-domain", "ft-srcv"])
+    rows: dict[str, TransferMethod] = field(default_factory=lambda: {"out-domain": TransferMethod(),
+                                                                     "in-domain": TransferMethod(),
+                                                                     "ft-srcv": TransferMethod()})
+    seeds: list[int] = field(default_factory=lambda: [1])  # every row runs once per seed (vocabridge.grid)
+    generators: list[str] = field(default_factory=list)  # the embedding generators the generator stage trains
     prepare: Prepare = field(default_factory=Prepare)
     spm: Spm = field(default_factory=Spm)
     pretrain: Pretrain = field(default_factory=Pretrain)
     upstreams: dict[str, UpstreamModel] = field(default_factory=dict)  # more upstream models (upstream@NAME)
     cbow: Cbow = field(default_factory=Cbow)
     generator: GeneratorParams = field(default_factory=GeneratorParams)
-    transfer: dict[str, TransferMethod] = field(default_factory=dict)  # method name -> knobs
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     finetune: Finetune = field(default_factory=Finetune)
     backtranslation: Backtranslation = field(default_factory=Backtranslation)
@@ -534,11 +536,15 @@ def parse(tp, value: Any, where: str):
     return value
 
 
-def deep_merge(base: dict, overlay: dict) -> dict:
-    """Overlay `overlay` onto `base` (mappings merge key by key; anything else replaces)."""
+WHOLE = frozenset({"rows"})  # a profile's `rows` is the grid's row list: it replaces params.yaml's, never merges
+
+
+def deep_merge(base: dict, overlay: dict, whole: frozenset[str] = frozenset()) -> dict:
+    """Overlay `overlay` onto `base` (mappings merge key by key, except top-level keys in `whole`; anything else
+    replaces)."""
     out = dict(base)
     for key, value in overlay.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in whole:
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
@@ -597,6 +603,13 @@ def validate(params: Params) -> Params:
             if not 0 <= getattr(settings, key) < 1:
                 raise ConfigError(f"params.yaml: abnets.{name}.sponsored.{key}: a fraction in [0, 1), got "
                                   f"{getattr(settings, key)}")
+    if not params.rows:
+        raise ConfigError("params.yaml: rows: the grid needs at least one row")
+    for name in params.rows:
+        if not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise ConfigError(f"params.yaml: rows.{name}: a row name of letters, digits, '-', '_' and '.'")
+    if not params.seeds or len(set(params.seeds)) != len(params.seeds) or min(params.seeds) < 0:
+        raise ConfigError(f"params.yaml: seeds: a list of distinct seeds >= 0, got {params.seeds}")
     if params.backtranslation.sentences < 0:
         raise ConfigError(f"params.yaml: backtranslation.sentences: must be >= 0 (0: all), got "
                           f"{params.backtranslation.sentences}")
@@ -620,7 +633,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 def apply_profile(params_path: str | Path, profile_path: str | Path) -> dict:
     """Return params.yaml's data with a profile overlay merged in (validated, not written)."""
-    merged = deep_merge(read_yaml(params_path), read_yaml(profile_path))
+    merged = deep_merge(read_yaml(params_path), read_yaml(profile_path), WHOLE)
     merged["profile"] = Path(profile_path).stem
     try:
         validate(parse(Params, merged, "params"))

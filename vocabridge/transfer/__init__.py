@@ -6,7 +6,7 @@ one initialiser (methods.py) per adapted side through the Plan interface (plan.p
 the model (swap.py) and collects the diagnostics (diagnostics.py). att-eg, patt-eg and patt-eg-kd (Liu et al.
 2021) load the generator the `generator` stage pretrained (generator_training.py) and run `generated` with it;
 avg-eg needs no training. All four adapt the decoder only by default (the paper's Table 2); `sides: both` in
-`transfer.<method>` applies the same generator to the encoder too. With `extend: N` a row keeps the pretrained
+`rows.<row>` applies the same generator to the encoder too. With `extend: N` a row keeps the pretrained
 vocabulary and appends N pieces of the adapted one instead of replacing it (extension.py); every initialiser makes
 the appended rows.
 """
@@ -274,24 +274,17 @@ METHODS: dict[str, Method] = {
 
 
 def get_method(name: str, rows: dict[str, TransferMethod] | None = None) -> Method:
-    """The method a row of the matrix runs: a method's own name, or a row named in params.yaml's `transfer`
+    """The method a row of the grid runs: a method's own name, or a row of params.yaml's `rows` named otherwise,
     with `method:` (e.g. `patt-eg-kd-both: {method: patt-eg-kd, sides: both}`)."""
     if name in METHODS:
         return METHODS[name]
     base = (rows or {}).get(name, TransferMethod()).method
     if base is None:
-        raise ConfigError(f"params.yaml: methods: unknown method '{name}' (known: {sorted(METHODS)}; or name a "
-                          f"row under transfer with `method:`)")
+        raise ConfigError(f"params.yaml: rows.{name}: unknown method '{name}' (known: {sorted(METHODS)}; a row "
+                          f"of your own names its method with `method:`)")
     if base not in METHODS:
-        raise ConfigError(f"params.yaml: transfer.{name}.method: unknown method '{base}' (known: {sorted(METHODS)})")
+        raise ConfigError(f"params.yaml: rows.{name}.method: unknown method '{base}' (known: {sorted(METHODS)})")
     return METHODS[base]
-
-
-def row_group(name: str, given: dict[str, TransferMethod]) -> tuple:
-    """What a row is apart from its seed: rows that differ only in `seed` are replicas of one experiment."""
-    knobs = dataclasses.asdict(knobs_for(name, given))
-    knobs["method"] = knobs["method"] or name
-    return tuple(sorted((k, v) for k, v in knobs.items() if k != "seed"))
 
 
 def generator_for(variant: str, sides: str) -> str:
@@ -300,16 +293,22 @@ def generator_for(variant: str, sides: str) -> str:
     return variant if sides == "decoder" else f"{variant}-both"
 
 
-def generators_needed(methods: list[str], rows: dict[str, TransferMethod] | None = None) -> list[str]:
-    """The generators that the listed rows use (the generator stage trains only these)."""
-    rows = rows or {}
-    return sorted({generator_for(get_method(m, rows).generator, knobs_for(m, rows).sides) for m in methods
+def generators_needed(rows: dict[str, TransferMethod]) -> list[str]:
+    """The trained generators that the grid's rows use (params.yaml's `generators` must list them)."""
+    return sorted({generator_for(get_method(m, rows).generator, knobs_for(m, rows).sides) for m in rows
                    if get_method(m, rows).generator})
+
+
+def resolved_knobs(name: str, rows: dict[str, TransferMethod]) -> dict:
+    """A row's knobs as its cells ran them (method named), the input of its knobs digest."""
+    knobs = dataclasses.asdict(knobs_for(name, rows))
+    knobs["method"] = knobs["method"] or name
+    return knobs
 
 
 def target_initializer(name: str, knobs: TransferMethod, method: Method) -> tuple[Callable, Method]:
     """The initialiser (and its method) that makes a PLM decoder's rows for `transfer.NAME.target_vocabulary`."""
-    where = f"params.yaml: transfer.{name}.target_vocabulary"
+    where = f"params.yaml: rows.{name}.target_vocabulary"
     if method is not METHODS["plm-nmt"]:
         raise ConfigError(f"{where}: only for PLM-sponsored rows (method plm-nmt)")
     chosen = METHODS.get(knobs.target_vocabulary)
@@ -321,34 +320,34 @@ def target_initializer(name: str, knobs: TransferMethod, method: Method) -> tupl
 
 
 def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
-    """The row's knobs: params.yaml's `transfer.<name>` over its method's defaults over DEFAULT_KNOBS."""
+    """The row's knobs: params.yaml's `rows.<name>` over its method's defaults over DEFAULT_KNOBS."""
     for key, row in given.items():
         if key in METHODS and row.method not in (None, key):
-            raise ConfigError(f"params.yaml: transfer.{key}.method: '{key}' is a method itself; name the row "
+            raise ConfigError(f"params.yaml: rows.{key}.method: '{key}' is a method itself; name the row "
                               f"differently to run '{row.method}' under it")
         if key not in METHODS and row.method is None:
-            raise ConfigError(f"params.yaml: transfer: unknown method '{key}' (known: {sorted(METHODS)}; a row of "
+            raise ConfigError(f"params.yaml: rows.{key}: unknown method '{key}' (known: {sorted(METHODS)}; a row of "
                               f"your own needs `method:`)")
         get_method(key, given)
     merged = dataclasses.replace(DEFAULT_KNOBS, **get_method(name, given).defaults)
     overrides = {k: v for k, v in dataclasses.asdict(given.get(name, TransferMethod())).items() if v is not None}
     knobs = dataclasses.replace(merged, **overrides)
     if knobs.extend < 0:
-        raise ConfigError(f"params.yaml: transfer.{name}.extend: must be >= 0 (0: replace), got {knobs.extend}")
+        raise ConfigError(f"params.yaml: rows.{name}.extend: must be >= 0 (0: replace), got {knobs.extend}")
     if knobs.extend and not get_method(name, given).adapts:
-        raise ConfigError(f"params.yaml: transfer.{name}.extend: the method '{knobs.method or name}' does not adapt "
+        raise ConfigError(f"params.yaml: rows.{name}.extend: the method '{knobs.method or name}' does not adapt "
                           f"a vocabulary, so there is nothing to extend")
     if get_method(name, given).generator and knobs.upstream != "base":
-        raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}': the generator stage trains "
+        raise ConfigError(f"params.yaml: rows.{name}.upstream: '{knobs.upstream}': the generator stage trains "
                           f"its generators against the base model only; this method runs on `base`")
     if knobs.extend and "shared" not in overrides:
         knobs = dataclasses.replace(knobs, shared="copy")  # extension keeps the pretrained rows
     if knobs.target_vocabulary is not None:
         target_initializer(name, knobs, get_method(name, given))
     if knobs.k < 1:
-        raise ConfigError(f"params.yaml: transfer.{name}.k: must be at least 1, got {knobs.k}")
+        raise ConfigError(f"params.yaml: rows.{name}.k: must be at least 1, got {knobs.k}")
     if knobs.train_pairs is not None and knobs.train_pairs < 0:
-        raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: must be >= 0 (0: all), got {knobs.train_pairs}")
+        raise ConfigError(f"params.yaml: rows.{name}.train_pairs: must be >= 0 (0: all), got {knobs.train_pairs}")
     if knobs.reg < 0:
-        raise ConfigError(f"params.yaml: transfer.{name}.reg: must be >= 0, got {knobs.reg}")
+        raise ConfigError(f"params.yaml: rows.{name}.reg: must be >= 0, got {knobs.reg}")
     return knobs
