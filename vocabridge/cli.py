@@ -43,6 +43,13 @@ def set_profile(name: str, params: Path = Path("params.yaml"), profiles: Path = 
     with open(tmp, "w", encoding="utf-8") as handle:
         yaml.dump(doc, handle)
     tmp.replace(params)
+    cells = params.parent / "results" / name / "cells"  # the study's committed cells, which the report reads
+    if not cells.is_dir():
+        cells.mkdir(parents=True)
+        (cells / "README.md").write_text(
+            f"# Cells of the `{name}` profile\n\nOne folder per finished cell, ROW/sSEED/ (record.json, hyp.txt, "
+            f"upstream_hyp.txt, curve.csv), added by `vocabridge results --cells`; the report reads them with the "
+            f"workspace's own data/cells.\n", encoding="utf-8")
     return changed
 
 
