@@ -21,33 +21,16 @@ def upstream(name: str) -> Path:
     return UPSTREAMS / name
 
 
-def init_model(method: str) -> Path:
-    return Path("data/models/init") / method
+ROWS = Path("data/rows")  # one file per row: its knobs and the hashes of what it draws on (stage row@ROW)
+CELLS = Path("data/cells")  # one folder per finished cell: its record (the evaluate stage)
 
 
-def finetuned(method: str) -> Path:
-    return Path("data/models/finetuned") / method
-
-
-def evaluation(method: str) -> Path:
-    return Path("data/eval") / method
-
-
-def stage_args(doc: str, argv: list[str], per_method: bool = False):
-    """The command line of a stage: [METHOD] [--params FILE]; returns params, or (method, params)."""
+def stage_args(doc: str, argv: list[str]):
+    """The command line of a stage: [--params FILE]; returns params."""
     import argparse
 
     from vocabridge.config import load_params
 
     parser = argparse.ArgumentParser(description=doc)
-    if per_method:
-        parser.add_argument("method", help="a method name from params.yaml's `methods`")
     parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    params = load_params(args.params)
-    return (args.method, params) if per_method else params
-
-
-def method_stage_args(doc: str, argv: list[str]):
-    """The command line of a per-method stage: METHOD [--params FILE]; returns (method, params)."""
-    return stage_args(doc, argv, per_method=True)
+    return load_params(parser.parse_args(argv).params)

@@ -1,8 +1,9 @@
 """Stage backtranslate: the downstream monolingual text of the target language, translated into the source
 language by the backward upstream model (Sennrich et al. 2016; Sato et al. 2020's +BT rows).
 
-Runs only when a listed row has `transfer.ROW.backtranslated: true`; otherwise it writes an empty corpus. The
-backward model is `upstreams.<backtranslation.upstream>` (an entry with `reverse: true`), decoded by beam search
+Runs when `backtranslation.upstream` names an entry of `upstreams` (the backward model, `reverse: true`), for the
+rows with `backtranslated: true`; otherwise it writes an empty corpus (not reading the rows keeps a row's edit from
+rerunning it). The backward model is decoded by beam search
 with the evaluate stage's decoder and precision (`evaluate.decoder`: CTranslate2, or transformers' search, which
 runs on a GPU too, in `evaluate.bf16`). Writes data/corpora/backtranslated/{train.SRC,train.TGT,stats.json}: the
 machine-made sources beside the real target sentences; lines with an empty translation are left out.
@@ -17,20 +18,18 @@ from vocabridge.errors import ConfigError
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import ModelTranslator
-from vocabridge.transfer import knobs_for
 
 
 def main(argv: list[str]) -> None:
     params = paths.stage_args(__doc__, argv)
     cfg, lang = params.backtranslation, params.lang
-    rows = [m for m in params.methods if knobs_for(m, params.transfer).backtranslated]
     pairs: tuple[list[str], list[str]] = ([], [])
-    stats = {"rows": rows, "pairs": 0}
-    if rows:
-        spec = params.upstreams.get(cfg.upstream)
-        if spec is None or not spec.reverse:
-            raise ConfigError(f"params.yaml: backtranslation.upstream: '{cfg.upstream}' must be an entry of "
-                              f"`upstreams` with `reverse: true` (rows {', '.join(rows)} are back-translated)")
+    stats = {"pairs": 0}
+    spec = params.upstreams.get(cfg.upstream)
+    if spec is not None:
+        if not spec.reverse:
+            raise ConfigError(f"params.yaml: backtranslation.upstream: upstreams.{cfg.upstream} must have "
+                              f"`reverse: true` (the backward model translates {lang.tgt}->{lang.src})")
         mono = paths.CORPORA / "downstream" / f"mono.{lang.tgt}"
         if not mono.is_file():
             raise ConfigError(f"{mono}: no downstream monolingual text in {lang.tgt} to back-translate")

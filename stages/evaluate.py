@@ -1,22 +1,28 @@
-"""Stage evaluate@METHOD: translate the downstream test set (beam search) and score it with sacrebleu.
+"""Stage evaluate@ROW-SEED: translate the downstream test set (beam search), score it with sacrebleu, and write
+the cell's record.
 
 Also the first `evaluate.upstream_sentences` pairs of the upstream test set, the same way: what adapting cost
 on the original domain (forgetting). With `evaluate.latency_sentences` N, the first N test sentences once more,
 one at a time: milliseconds a sentence, the latency Guo et al. compare.
-Writes data/eval/METHOD/{hyp.txt,upstream_hyp.txt,metrics.json}.
-Significance against the ft-srcv baseline is computed by the report stage, which sees every method's hypotheses
-(so evaluate stages stay independent and parallel).
+Writes data/cells/ROW/sSEED/: record.json (what the report needs of the cell: its metrics, the fine-tune's summary
+and learning curve, the transfer diagnostics, the row's knobs and upstream model hash, the test set's digest, the
+machine and the code commit), hyp.txt, upstream_hyp.txt and curve.csv. The record is small text, to be committed
+(`vocabridge results --cells`), so that the cells of several sessions and machines add up to one study.
+Significance is computed by the report stage, which sees every cell's hypotheses.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import asdict, replace
 
+from stages import _cells as cells
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.evaluate import score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
+from vocabridge.grid import VERSION, Cell, code_commit, machine, text_digest
 from vocabridge.nmt.precision import Precision
 from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import ModelTranslator
@@ -25,18 +31,19 @@ from vocabridge.plm.train import translate_abnet
 
 
 def main(argv: list[str]) -> None:
-    method, params = paths.method_stage_args(__doc__, argv)
-    cfg, lang = params.evaluate, params.lang
+    cell, params = cells.cell_stage_args(__doc__, argv)
+    cfg, lang, method = params.evaluate, params.lang, cell.row
+    model_dir = cells.finetuned(cell)
     device = use_compute(params.compute)
-    abnet = (paths.finetuned(method) / "abnet.json").is_file()  # an AB-Net row: Mask-Predict or AB-Net-Enc's search
+    abnet = (model_dir / "abnet.json").is_file()  # an AB-Net row: Mask-Predict or AB-Net-Enc's search
     decoder = cfg.decoder
     if abnet:
-        model, src, tgt = load_abnet(paths.finetuned(method), device)
+        model, src, tgt = load_abnet(model_dir, device)
         precision = Precision(False, "AB-Net decodes in fp32")
         decoder = {"abnet-enc": "transformers (AB-Net-Enc)", "plm-nmt": "beam search (PLM-sponsored)"}.get(
             model_kind(model), "mask-predict")
     else:
-        translator = ModelTranslator(paths.finetuned(method), cfg.decoder, device, cfg.bf16,
+        translator = ModelTranslator(model_dir, cfg.decoder, device, cfg.bf16,
                                      threads_of(params.compute.threads))
         src, tgt, precision = translator.src, translator.tgt, translator.precision
     corpus = paths.CORPORA / "downstream"
@@ -57,7 +64,7 @@ def main(argv: list[str]) -> None:
                "beam": cfg.beam,
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed, **precision.as_metrics()}
-    upstream_hyps = []
+    upstream_hyps, up_refs = [], []
     if cfg.upstream_sentences:
         up = paths.CORPORA / "upstream"
         n = cfg.upstream_sentences
@@ -65,13 +72,55 @@ def main(argv: list[str]) -> None:
         up_refs = read_text_lines(up / f"test.{lang.tgt}")[:n]
         upstream_hyps, _ = decode(up_sources)
         metrics["upstream"] = {"test_sentences": len(up_sources), **score(upstream_hyps, up_refs)}
-    with atomic_dir(paths.evaluation(method)) as tmp:
+    record = cell_record(cell, params, metrics, refs, up_refs)
+    with atomic_dir(cells.cell_record(cell)) as tmp:
         write_lines(tmp / "hyp.txt", hyps)
         if upstream_hyps:
             write_lines(tmp / "upstream_hyp.txt", upstream_hyps)
-        write_json(tmp / "metrics.json", metrics)
+        curve(cells.per_cell(paths.PLOTS / "finetune", cell)).to_csv(tmp / "curve.csv", index=False)
+        write_json(tmp / "record.json", record)
     print({k: metrics[k] for k in ("method", "bleu", "chrf", "ter", "sentences_per_second")}
           | ({"upstream_bleu": metrics["upstream"]["bleu"]} if "upstream" in metrics else {}))
+
+
+def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: list[str]) -> dict:
+    """Everything the report reads of a cell, from this stage's scores and the earlier stages' files."""
+    import time
+
+    def read(path):
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    stamp = read(cells.row_file(cell.row))
+    train_pairs = stamp["knobs"].get("train_pairs")
+    return {
+        "version": VERSION, "study": params.profile, "row": cell.row, "seed": cell.seed, "cell": cell.name,
+        "method": stamp["method"], "knobs": stamp["knobs"], "knobs_digest": stamp["knobs_digest"],
+        "upstream": stamp["upstream"],
+        "test": {"sentences": len(refs), "digest": text_digest(refs)},
+        "upstream_test": {"sentences": len(up_refs), "digest": text_digest(up_refs)} if up_refs else None,
+        "metrics": metrics,
+        "finetune": read(cells.per_cell(paths.METRICS / "finetune", cell, ".json")),
+        "transfer": read(cells.per_cell(paths.METRICS / "transfer", cell, ".json")),
+        "diagnostics": read(cells.per_cell(paths.DIAGNOSTICS, cell, ".json")),
+        "params": {"lang": asdict(params.lang), "finetune": asdict(params.finetune.train),
+                   "evaluate": asdict(params.evaluate),
+                   "train_pairs": params.finetune.train_pairs if train_pairs is None else train_pairs},
+        "machine": machine(), "commit": code_commit(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def curve(plots):
+    """The fine-tune's learning curve on dev: step, dev_bleu, dev_loss (empty for rows evaluated as they are)."""
+    import pandas as pd
+
+    frames = [pd.read_csv(plots / f"{name}.csv") for name in ("dev_bleu", "dev_loss")
+              if (plots / f"{name}.csv").is_file()]
+    if not frames:
+        return pd.DataFrame(columns=["step", "dev_bleu", "dev_loss"])
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.merge(frame, on="step", how="outer")
+    return out
 
 
 if __name__ == "__main__":

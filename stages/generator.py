@@ -1,9 +1,9 @@
-"""Stage generator: pretrain the embedding generators (Liu et al. 2021, §3.3) that the listed methods use.
+"""Stage generator: pretrain the embedding generators (Liu et al. 2021, §3.3) that params.yaml's `generators` lists.
 
-For each variant a row in `methods` needs (att-eg: att, patt-eg: patt, patt-eg-kd: patt-kd; none when no
-such row is listed) the pretrained model is frozen and only the generator (params.yaml
-`generator.variants.VARIANT`: att or patt, kd_lambda) trains on the upstream corpus, re-segmenting the sides
-its rows adapt: VARIANT for decoder rows (Liu et al.'s), VARIANT-both for rows with `sides: both`. Writes
+For each (att-eg rows use att, patt-eg patt, patt-eg-kd patt-kd; none by default) the pretrained model is frozen
+and only the generator (params.yaml `generator.variants.VARIANT`: att or patt, kd_lambda) trains on the upstream
+corpus, re-segmenting the sides its rows adapt: VARIANT for decoder rows (Liu et al.'s), VARIANT-both for rows with
+`sides: both`. The list is explicit (not read off the rows) so that editing a row never retrains a generator. Writes
 data/models/generator/NAME.safetensors, the learning curves data/plots/generator.csv and
 data/metrics/generator.json. Interrupted runs resume from data/checkpoints/generator/NAME.
 """
@@ -20,14 +20,13 @@ from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.model import load_model
 from vocabridge.nmt.train import fingerprint_of, use_compute
-from vocabridge.transfer import generators_needed
 from vocabridge.transfer.generator import Generator, save_generator
 from vocabridge.transfer.generator_training import GeneratorTrainer, summary, write_curves
 
 
 def main(argv: list[str]) -> None:
     params = paths.stage_args(__doc__, argv)
-    needed = generators_needed(params.methods, params.transfer)
+    needed = list(params.generators)
     for name in needed:
         if name.removesuffix("-both") not in params.generator.variants:
             raise ConfigError(f"params.yaml: generator.variants: no variant '{name.removesuffix('-both')}' "
@@ -39,7 +38,7 @@ def main(argv: list[str]) -> None:
         write_json(tmp / "variants.json", {"trained": needed})
     write_curves(states, paths.PLOTS / "generator.csv")
     write_json(paths.METRICS / "generator.json", results)
-    print(results or "no listed method uses an embedding generator")
+    print(results or "params.yaml lists no generators")
 
 
 def train_variant(params, name: str, out):

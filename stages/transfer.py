@@ -1,18 +1,23 @@
-"""Stage transfer@METHOD: build the method's initial model (vocabularies and embeddings) from the pretrained one.
+"""Stage transfer@ROW-SEED: build a cell's initial model (vocabularies and embeddings) from the pretrained one.
 
 Writes the model directory with diagnostics.json (rows copied/projected/random, leave-one-out reconstruction,
-probe neighbours; also copied to data/diagnostics/METHOD.json for the report) and the numbers DVC tracks as
-metrics in data/metrics/transfer/METHOD.json: zero-shot greedy dev BLEU and dev perplexity before any
-fine-tuning, leave-one-out cosine per side.
+probe neighbours; also copied to data/diagnostics/ROW/sSEED.json for the cell record) and the numbers DVC tracks as
+metrics in data/metrics/transfer/ROW/sSEED.json: zero-shot greedy dev BLEU and dev perplexity before any
+fine-tuning, leave-one-out cosine per side. The seed draws what is random in the initial model (new random rows).
+The resources come from the row's stamp (stage row@ROW), whose hashes are checked against the files read.
 """
 
 from __future__ import annotations
 
+import json
+
+from stages import _cells as cells
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
-from vocabridge.errors import ConfigError
-from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.errors import ConfigError, InputError
+from vocabridge.fileio import atomic_dir, sha256_file, write_json
+from vocabridge.grid import Cell
 from vocabridge.nmt.model import save_model
 from vocabridge.nmt.train import use_compute
 from vocabridge.transfer import Resources, get_method, knobs_for
@@ -20,34 +25,25 @@ from vocabridge.transfer.diagnostics import zero_shot
 
 
 def main(argv: list[str]) -> None:
-    name, params = paths.method_stage_args(__doc__, argv)
-    method = get_method(name, params.transfer)
+    cell, params = cells.cell_stage_args(__doc__, argv)
+    name = cell.row
+    method = get_method(name, params.rows)
     lang, corpus = params.lang, paths.CORPORA / "downstream"
-    knobs = knobs_for(name, params.transfer)
+    knobs = knobs_for(name, params.rows)
+    check_stamp(name)
     if knobs.train_pairs is not None:
         available = len(read_text_lines(corpus / f"train.{lang.src}"))
         if knobs.train_pairs > available:
-            raise ConfigError(f"params.yaml: transfer.{name}.train_pairs: {knobs.train_pairs} is more than the "
+            raise ConfigError(f"params.yaml: rows.{name}.train_pairs: {knobs.train_pairs} is more than the "
                               f"{available} training pairs of {corpus}")
-    row = {key: value for key, value in (("seed", knobs.seed), ("train_pairs", knobs.train_pairs),
-                                         ("backtranslated", knobs.backtranslated or None)) if value is not None}
     if method.family == "abnet":
-        if knobs.upstream not in params.abnets:
-            raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}' is not an AB-Net model; add "
-                              f"abnets.{knobs.upstream} (AB-Net models: {', '.join(sorted(params.abnets)) or 'none'})")
-        abnet_row(name, params, knobs, row, method)
+        abnet_row(cell, params, knobs, method)
         return
-    if knobs.upstream != "base" and knobs.upstream not in params.upstreams:
-        known = ", ".join(["base", *sorted(params.upstreams)])
-        raise ConfigError(f"params.yaml: transfer.{name}.upstream: '{knobs.upstream}' is not an upstream model; add "
-                          f"upstreams.{knobs.upstream} (upstream models: {known})")
-    res = resources(params, knobs)
+    res = resources(params, knobs, cell.seed)
     use_compute(params.compute)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
-    if row:  # what the finetune stage of this row does differently (it reads it here, with the model)
-        diagnostics["row"] = row
-    with atomic_dir(paths.init_model(name)) as tmp:
+    with atomic_dir(cells.init_model(cell)) as tmp:
         save_model(model, src, tgt, tmp)
         write_json(tmp / "diagnostics.json", diagnostics)
     n = params.diagnostics.dev_sentences
@@ -56,18 +52,32 @@ def main(argv: list[str]) -> None:
     for side in ("encoder", "decoder"):
         loo = (diagnostics.get(side) or {}).get("leave_one_out")
         scores[f"leave_one_out_cosine_{side}"] = loo["mean_cosine"] if loo else None
-    write_json(paths.DIAGNOSTICS / f"{name}.json", diagnostics)
-    write_json(paths.METRICS / "transfer" / f"{name}.json", scores)
-    print(name, scores)
+    write_json(cells.per_cell(paths.DIAGNOSTICS, cell, ".json"), diagnostics)
+    write_json(cells.per_cell(paths.METRICS / "transfer", cell, ".json"), scores)
+    print(cell.name, scores)
 
 
-def resources(params, knobs) -> Resources:
+def check_stamp(row: str) -> dict:
+    """The row's stamp (stage row@ROW), its resources' hashes checked against the files: a cell never starts from
+    other resources than the ones its DVC dependency names."""
+    stamp_file = cells.row_file(row)
+    if not stamp_file.is_file():
+        raise InputError(f"{stamp_file}: missing; run `dvc repro row@{row}`")
+    stamp = json.loads(stamp_file.read_text(encoding="utf-8"))
+    for key, entry in stamp["resources"].items():
+        if sha256_file(entry["path"]) != entry["sha256"]:
+            raise InputError(f"{entry['path']}: changed since {stamp_file} was written ({key}); run "
+                             f"`dvc repro row@{row}` first")
+    return stamp
+
+
+def resources(params, knobs, seed: int) -> Resources:
     """What the row's method may draw on, from the pipeline's data/ folders."""
     lang, corpus = params.lang, paths.CORPORA / "downstream"
     return Resources(pretrained=paths.upstream(knobs.upstream),
                      downstream_spm={"src": paths.SPM / "downstream" / f"{lang.src}.model",
                                      "tgt": paths.SPM / "downstream" / f"{lang.tgt}.model"},
-                     seed=params.finetune.train.seed if knobs.seed is None else knobs.seed,
+                     seed=seed,
                      cbow={"src": paths.CBOW / f"{lang.src}.bin", "tgt": paths.CBOW / f"{lang.tgt}.bin"},
                      knobs=knobs, diagnostics=params.diagnostics, generator=paths.GENERATORS,
                      text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
@@ -75,7 +85,7 @@ def resources(params, knobs) -> Resources:
                      corpus=corpus)
 
 
-def abnet_row(name: str, params, knobs, row: dict, method) -> None:
+def abnet_row(cell: Cell, params, knobs, method) -> None:
     """An AB-Net row's initial model is its AB-Net as the abnet stage left it, or with `target_vocabulary` a
     PLM-sponsored model whose decoder took the downstream vocabulary; zero-shot dev BLEU by Mask-Predict (AB-Net-Enc,
     PLM-sponsored: greedy search); no dev perplexity (a masked LM has none to compare with the NMT rows')."""
@@ -87,20 +97,18 @@ def abnet_row(name: str, params, knobs, row: dict, method) -> None:
     from vocabridge.plm.train import translate_abnet
     from vocabridge.plm.vocabulary import adapt_plm_decoder
 
-    lang, corpus = params.lang, paths.CORPORA / "downstream"
+    name, lang, corpus = cell.row, params.lang, paths.CORPORA / "downstream"
     source = paths.upstream(knobs.upstream)
     model, source_tokenizer, target_tokenizer = load_abnet(source)
     diagnostics = {"method": name, "vocabulary": "plm", "upstream": knobs.upstream, "rows": {"copied": 1.0}}
     if knobs.target_vocabulary:
         use_compute(params.compute)
         target_tokenizer, diagnostics["decoder"] = adapt_plm_decoder(model, target_tokenizer,
-                                                                     resources(params, knobs), name, method)
+                                                                     resources(params, knobs, cell.seed), name, method)
         diagnostics |= {"vocabulary": "plm+downstream target", "rows": diagnostics["decoder"]["rows"]}
     diagnostics |= {"vocab_size": {"src": len(source_tokenizer), "tgt": len(target_tokenizer)},
                     "vocabulary_fit": plm_vocabulary_fit(source_tokenizer, target_tokenizer, lang)}
-    if row:
-        diagnostics["row"] = row
-    with atomic_dir(paths.init_model(name)) as tmp:
+    with atomic_dir(cells.init_model(cell)) as tmp:
         if knobs.target_vocabulary:
             save_abnet(model, tmp, source_tokenizer, target_tokenizer)
         else:
@@ -112,9 +120,9 @@ def abnet_row(name: str, params, knobs, row: dict, method) -> None:
     hyps, _ = translate_abnet(model, source_tokenizer, target_tokenizer, sources, params.abnet.decoding)
     scores = {"dev_bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2), "dev_perplexity": None,
               "leave_one_out_cosine_encoder": None, "leave_one_out_cosine_decoder": None}
-    write_json(paths.DIAGNOSTICS / f"{name}.json", diagnostics)
-    write_json(paths.METRICS / "transfer" / f"{name}.json", scores)
-    print(name, scores)
+    write_json(cells.per_cell(paths.DIAGNOSTICS, cell, ".json"), diagnostics)
+    write_json(cells.per_cell(paths.METRICS / "transfer", cell, ".json"), scores)
+    print(cell.name, scores)
 
 
 def plm_vocabulary_fit(source_tokenizer, target_tokenizer, lang) -> dict[str, dict]:

@@ -18,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ["params.yaml", "dvc.yaml", "profiles", "stages", "vocabridge", "corpora", ".dvc", ".gitignore",
+                 "results/default/cells",
                  "pyproject.toml"]
 
 

@@ -14,30 +14,26 @@ from vocabridge.config import LANGS
 from vocabridge.fileio import sha256_file
 
 e2e = pytest.mark.e2e
-METHODS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd",
-           "patt-eg-kd-both", "fwet", "ft-tgtv-random+s2", "va-llm+low", "extend-fwet"]
+ROWS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd",
+        "patt-eg-kd-both", "fwet", "va-llm-low", "extend-fwet"]  # the tiny profile's rows, seed 1
 ADAPTED = ["ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
 
 
-@e2e
-def test_seed_replicas_and_the_low_resource_regime(tiny_project):
-    import pandas as pd
+def cell(project: Path, kind: str, row: str, seed: int = 1, suffix: str = "") -> Path:
+    """A cell's output: data/KIND/ROW/sSEED (KIND: models/init, models/finetuned, cells, metrics/finetune, ...)."""
+    return project / "data" / kind / row / f"s{seed}{suffix}"
 
-    s2 = json.loads((tiny_project / "data/metrics/finetune/ft-tgtv-random+s2.json").read_text())
-    s1 = json.loads((tiny_project / "data/metrics/finetune/ft-tgtv-random.json").read_text())
-    assert s2["seed"] == 2 and s1["seed"] == 1 and s2["train_pairs"] == s1["train_pairs"]
-    assert s1["sampled_pairs"] == s2["sampled_pairs"] == 1000  # finetune.train_pairs: every row's regime
-    low = json.loads((tiny_project / "data/metrics/finetune/va-llm+low.json").read_text())
+
+def record(project: Path, row: str, seed: int = 1) -> dict:
+    return json.loads((cell(project, "cells", row, seed) / "record.json").read_text())
+
+
+@e2e
+def test_the_low_resource_regime(tiny_project):
+    s1 = json.loads(cell(tiny_project, "metrics/finetune", "ft-tgtv-random", suffix=".json").read_text())
+    assert s1["seed"] == 1 and s1["sampled_pairs"] == 1000  # finetune.train_pairs: every row's regime
+    low = json.loads(cell(tiny_project, "metrics/finetune", "va-llm-low", suffix=".json").read_text())
     assert low["sampled_pairs"] == 500 and 450 < low["train_pairs"] <= 500 and low["seed"] == 1
-    init = {seed: sha256_file(tiny_project / f"data/models/init/{row}/model.safetensors")
-            for seed, row in ((1, "ft-tgtv-random"), (2, "ft-tgtv-random+s2"))}
-    assert init[1] != init[2]  # the seed draws the random rows too
-    seeds = pd.read_csv(tiny_project / "data/reports/results/seeds.csv").set_index("group")
-    assert seeds.loc["ft-tgtv-random", "seeds"] == 2 and seeds.loc["ft-tgtv-random", "rows"] == \
-        "ft-tgtv-random ft-tgtv-random+s2"
-    assert seeds.loc["ft-tgtv-random", "p_vs_ft-srcv"] <= 1 and seeds.loc["va-llm+low", "seeds"] == 1
-    assert pd.isna(seeds.loc["va-llm+low", "p_vs_ft-srcv"])  # no ft-srcv row in the low-resource regime
-    assert "## Seeds" in (tiny_project / "data/reports/results/report.md").read_text()
 
 
 def lines(path: Path) -> list[str]:
@@ -51,11 +47,11 @@ def test_every_row_is_scored_on_the_upstream_test_set_too(tiny_project):
     import pandas as pd
 
     upstream = {}
-    for method in METHODS:
-        metrics = json.loads((tiny_project / f"data/eval/{method}/metrics.json").read_text())
+    for row in ROWS:
+        metrics = record(tiny_project, row)["metrics"]
         assert metrics["upstream"]["test_sentences"] == 200  # the tiny profile's upstream test set
-        assert len(lines(tiny_project / f"data/eval/{method}/upstream_hyp.txt")) == 200
-        upstream[method] = metrics["upstream"]["bleu"]
+        assert len(lines(cell(tiny_project, "cells", row) / "upstream_hyp.txt")) == 200
+        upstream[row] = metrics["upstream"]["bleu"]
     assert upstream["out-domain"] > upstream["in-domain"]
     forgetting = pd.read_csv(tiny_project / "data/reports/results/forgetting.csv").set_index("group")
     assert forgetting.loc["ft-tgtv-random", "seeds"] == 2 and forgetting.loc["out-domain", "upstream_bleu"] == \
@@ -70,12 +66,12 @@ def test_an_extension_row_keeps_the_pretrained_vocabulary_and_meets_its_replacem
 
     from vocabridge.nmt.model import load_model
 
-    _, src, tgt = load_model(tiny_project / "data/models/finetuned/extend-fwet")
+    _, src, tgt = load_model(cell(tiny_project, "models/finetuned", "extend-fwet"))
     _, old_src, old_tgt = load_model(tiny_project / "data/models/upstream/base")
     for new, old in ((src, old_src), (tgt, old_tgt)):
         kept = [t for t in old.tokens if t != "<pad>" and not t.startswith("<unused_")]
         assert new.tokens[: len(kept)] == kept and len(new.tokens) > len(old.tokens)
-    info = json.loads((tiny_project / "data/diagnostics/extend-fwet.json").read_text())["tgt_extension"]
+    info = json.loads(cell(tiny_project, "diagnostics", "extend-fwet", suffix=".json").read_text())["tgt_extension"]
     assert 0 < info["appended"] <= 200 and info["fertility"]["after"] < info["fertility"]["before"]
     table = pd.read_csv(tiny_project / "data/reports/results/extension.csv")
     assert table[["extension", "replacement"]].values.tolist() == [["extend-fwet", "fwet"]]
@@ -92,15 +88,15 @@ def test_the_tiny_models_are_trained(tiny_project):
     pretrain = json.loads((tiny_project / "data/metrics/pretrain.json").read_text())
     start = pd.read_csv(tiny_project / "data/plots/pretrain/dev_bleu.csv").set_index("step").loc[0, "dev_bleu"]
     assert pretrain["best_update"] > 0 and pretrain["best_dev_bleu"] > start, pretrain
-    for method in METHODS:
-        metrics = json.loads((tiny_project / f"data/metrics/finetune/{method}.json").read_text())
-        assert (metrics["best_update"] == 0) == (method == "out-domain"), (method, metrics)
+    for row in ROWS:
+        metrics = json.loads(cell(tiny_project, "metrics/finetune", row, suffix=".json").read_text())
+        assert (metrics["best_update"] == 0) == (row == "out-domain"), (row, metrics)
     # out-domain is the pretrained model, copied as it is
-    assert sha256_file(tiny_project / "data/models/finetuned/out-domain/model.safetensors") == \
+    assert sha256_file(cell(tiny_project, "models/finetuned", "out-domain") / "model.safetensors") == \
         sha256_file(tiny_project / "data/models/upstream/base/model.safetensors")
     for row in ("ft-srcv", "va-llm"):
-        init = load_file(tiny_project / f"data/models/init/{row}/model.safetensors")
-        tuned = load_file(tiny_project / f"data/models/finetuned/{row}/model.safetensors")
+        init = load_file(cell(tiny_project, "models/init", row) / "model.safetensors")
+        tuned = load_file(cell(tiny_project, "models/finetuned", row) / "model.safetensors")
         assert init.keys() == tuned.keys()
         changed = [name for name in init if not torch.equal(init[name], tuned[name])]
         assert len(changed) > len(init) / 2, (row, sorted(set(init) - set(changed)))
@@ -134,8 +130,8 @@ def test_no_dev_or_test_verse_reaches_training_text(tiny_project):
 
 
 STAGES = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain", "cbow",
-          "generator", "backtranslate", "plm@de", "plm@en",
-          *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate") for m in METHODS], "report"]
+          "generator", "backtranslate", "plm@de", "plm@en", *[f"row@{r}" for r in ROWS],
+          *[f"{stage}@{r}-1" for stage in ("transfer", "finetune", "evaluate") for r in ROWS], "report"]
 
 
 @e2e
@@ -168,10 +164,10 @@ def test_report_has_every_baseline_with_significance(tiny_project):
     assert ours.loc[["out-domain", "in-domain"], "p_value"].between(0, 1).all()
     assert (table["source"] != "vocabridge").any()  # the published rows stand beside ours
     assert (tiny_project / "data/reports/results/bleu.png").stat().st_size > 1000
-    for method in METHODS:
-        metrics = json.loads((tiny_project / f"data/eval/{method}/metrics.json").read_text())
+    for row in ROWS:
+        metrics = record(tiny_project, row)["metrics"]
         assert metrics["bleu_signature"].startswith("nrefs:1|case:mixed") and metrics["sentences_per_second"] > 0
-        hyps = (tiny_project / f"data/eval/{method}/hyp.txt").read_text().split("\n")[:-1]
+        hyps = (cell(tiny_project, "cells", row) / "hyp.txt").read_text().split("\n")[:-1]
         assert len(hyps) == metrics["test_sentences"]
     from transformers import AutoModelForSeq2SeqLM, MarianTokenizer
 
@@ -192,9 +188,10 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
     assert ours.loc[["va-linear", "va-llm"], ["loo_cos_src", "loo_cos_tgt"]].notna().all().all()
     assert "Nearest neighbours" in (tiny_project / "data/reports/results/report.md").read_text()
     for method in ADAPTED:
-        init = tiny_project / "data/models/init" / method
+        init = cell(tiny_project, "models/init", method)
         diagnostics = json.loads((init / "diagnostics.json").read_text())
-        assert diagnostics == json.loads((tiny_project / "data/diagnostics" / f"{method}.json").read_text())
+        assert diagnostics == json.loads(cell(tiny_project, "diagnostics", method, suffix=".json").read_text())
+        assert diagnostics == record(tiny_project, method)["diagnostics"]
         for side in ("encoder", "decoder"):
             rows = diagnostics[side]["rows"]
             assert sum(rows.values()) == pytest.approx(1, abs=1e-3)
@@ -203,17 +200,17 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
         config = json.loads((init / "config.json").read_text())
         vocab = json.loads((init / "target_vocab.json").read_text())
         assert config["decoder_vocab_size"] == len(vocab) and config["pad_token_id"] == vocab["<pad>"]
-    llm = json.loads((tiny_project / "data/diagnostics/va-llm.json").read_text())
+    llm = json.loads(cell(tiny_project, "diagnostics", "va-llm", suffix=".json").read_text())
     assert llm["decoder"]["k"] == 10 and "ill_conditioned" in llm["decoder"]
     assert -1 <= llm["decoder"]["leave_one_out"]["mean_cosine"] <= 1 and llm["decoder"]["neighbours"]
     trained = json.loads((tiny_project / "data/models/generator/variants.json").read_text())
     assert trained == {"trained": ["patt-kd", "patt-kd-both"]}  # one for the decoder rows, one for the both rows
-    kd = json.loads((tiny_project / "data/diagnostics/patt-eg-kd.json").read_text())
+    kd = json.loads(cell(tiny_project, "diagnostics", "patt-eg-kd", suffix=".json").read_text())
     assert kd["sides"] == ["decoder"] and not kd["encoder"]["adapted"] and kd["decoder"]["generator"] == "patt"
-    both = json.loads((tiny_project / "data/diagnostics/patt-eg-kd-both.json").read_text())  # a named row
+    both = json.loads(cell(tiny_project, "diagnostics", "patt-eg-kd-both", suffix=".json").read_text())  # named
     assert both["sides"] == ["decoder", "encoder"] and both["knobs"]["method"] == "patt-eg-kd"
     assert both["encoder"]["generator"] == "patt" and both["decoder"]["with_members"] > 0
-    fwet = json.loads((tiny_project / "data/diagnostics/fwet.json").read_text())
+    fwet = json.loads(cell(tiny_project, "diagnostics", "fwet", suffix=".json").read_text())
     assert fwet["decoder"]["rows"]["projected"] > 0 and fwet["encoder"]["adapted"]
     cbow = json.loads((tiny_project / "data/cbow/stats.json").read_text())
     config = json.loads((tiny_project / "data/models/upstream/base/config.json").read_text())
@@ -223,29 +220,29 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
 @e2e
 def test_transfer_bad_knob_fails_cleanly_and_keeps_the_model(tiny_copy, tmp_path):
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
-    params["transfer"] = {"va-llm": {"k": 100000}}
+    params["rows"]["va-llm"] = {"k": 100000}
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(params))
-    before = sha256_file(tiny_copy / "data/models/init/va-llm/model.safetensors")
-    proc = run(["python", "-m", "stages.transfer", "va-llm", "--params", str(bad)], tiny_copy)
+    before = sha256_file(cell(tiny_copy, "models/init", "va-llm") / "model.safetensors")
+    proc = run(["python", "-m", "stages.transfer", "va-llm", "1", "--params", str(bad)], tiny_copy)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1 and "k=100000 is larger than the" in errors[0], proc.stderr
-    assert sha256_file(tiny_copy / "data/models/init/va-llm/model.safetensors") == before
-    assert not list((tiny_copy / "data/models/init").glob(".*"))  # no half-written directory left
+    assert sha256_file(cell(tiny_copy, "models/init", "va-llm") / "model.safetensors") == before
+    assert not list((tiny_copy / "data/models/init").glob("**/.*"))  # no half-written directory left
 
 
 @e2e
 def test_a_training_size_larger_than_the_corpus_fails_before_writing(tiny_copy, tmp_path):
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
-    params["transfer"]["va-llm+low"]["train_pairs"] = 10**6
+    params["rows"]["va-llm-low"]["train_pairs"] = 10**6
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(params))
-    before = sha256_file(tiny_copy / "data/models/init/va-llm+low/model.safetensors")
-    proc = run(["python", "-m", "stages.transfer", "va-llm+low", "--params", str(bad)], tiny_copy)
+    before = sha256_file(cell(tiny_copy, "models/init", "va-llm-low") / "model.safetensors")
+    proc = run(["python", "-m", "stages.transfer", "va-llm-low", "1", "--params", str(bad)], tiny_copy)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr
-    assert "transfer.va-llm+low.train_pairs: 1000000 is more than the" in errors[0]
-    assert sha256_file(tiny_copy / "data/models/init/va-llm+low/model.safetensors") == before
+    assert "rows.va-llm-low.train_pairs: 1000000 is more than the" in errors[0]
+    assert sha256_file(cell(tiny_copy, "models/init", "va-llm-low") / "model.safetensors") == before
 
 
 @e2e
@@ -262,10 +259,10 @@ def deterministic_outputs(project: Path) -> dict[str, str]:
     """Hashes of everything a rerun must reproduce exactly (timings in metrics and logs excluded)."""
     data = project / "data"
     files = [*data.glob("corpora/*/*"), *data.glob("spm/*/*"), *data.glob("models/**/model.safetensors"),
-             *data.glob("eval/*/hyp.txt"), data / "reports/mismatch.json"]
+             *data.glob("cells/*/*/hyp.txt"), data / "reports/mismatch.json"]
     hashes = {str(p.relative_to(project)): sha256_file(p) for p in files}
-    for path in data.glob("eval/*/metrics.json"):
-        metrics = json.loads(path.read_text())
+    for path in data.glob("cells/*/*/record.json"):
+        metrics = json.loads(path.read_text())["metrics"]
         hashes[str(path)] = json.dumps({k: metrics[k] for k in ("bleu", "chrf", "ter", "mean_output_tokens")})
     for path in data.glob("plots/**/dev_bleu.csv"):
         hashes[str(path)] = sha256_file(path)
@@ -273,10 +270,10 @@ def deterministic_outputs(project: Path) -> dict[str, str]:
 
 
 # A forced rerun reproduces every stage kind once: two rows, one of them with the trained generator
-FORCED = ["mismatch", "evaluate@va-llm", "evaluate@patt-eg-kd"]
+FORCED = ["mismatch", "evaluate@va-llm-1", "evaluate@patt-eg-kd-1"]
 FORCED_RUN = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain",
-              "cbow", "generator", "backtranslate", *[f"{stage}@{m}" for stage in ("transfer", "finetune", "evaluate")
-                                     for m in ("va-llm", "patt-eg-kd")]]
+              "cbow", "generator", "row@va-llm", "row@patt-eg-kd",
+              *[f"{stage}@{r}-1" for stage in ("transfer", "finetune", "evaluate") for r in ("va-llm", "patt-eg-kd")]]
 
 
 def ran_stages(stdout: str) -> list[str]:
@@ -305,12 +302,12 @@ def test_up_to_date_workspace_runs_nothing_and_forced_reruns_are_byte_identical(
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
     params["compute"]["threads"] = 0  # $VOCABRIDGE_THREADS decides, as in a flow's run of the default profile
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    model = "data/models/finetuned/va-llm/model.safetensors"
-    shutil.rmtree(tiny_copy / "data/checkpoints/finetune/va-llm")
-    proc = run(["dvc", "repro", "--force", "--single-item", "finetune@va-llm"], tiny_copy,
+    model = "data/models/finetuned/va-llm/s1/model.safetensors"
+    shutil.rmtree(tiny_copy / "data/checkpoints/finetune/va-llm/s1")
+    proc = run(["dvc", "repro", "--force", "--single-item", "finetune@va-llm-1"], tiny_copy,
                env=project_env() | {"VOCABRIDGE_THREADS": "2"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert json.loads((tiny_copy / "data/metrics/finetune/va-llm.json").read_text())["threads"] == 1
+    assert json.loads(cell(tiny_copy, "metrics/finetune", "va-llm", suffix=".json").read_text())["threads"] == 1
     assert sha256_file(tiny_copy / model) == before[model]
 
 
@@ -320,17 +317,56 @@ def test_overriding_one_param_reruns_only_what_depends_on_it(tiny_copy):
     # downstream vocabulary on the decoder only (patt-eg-kd) and on both sides (va-llm)
     rows = ["out-domain", "ft-srcv", "patt-eg-kd", "va-llm"]
     proc = run(["dvc", "exp", "run", "-S", "spm.downstream.de.vocab_size=900", "mismatch",
-                *[f"evaluate@{m}" for m in rows]], tiny_copy)
+                *[f"evaluate@{m}-1" for m in rows]], tiny_copy)
     assert proc.returncode == 0, proc.stderr[-2000:]
     ran = ran_stages(proc.stdout)
     # transfer@* all read data/spm/downstream (cheap copies for the upstream-vocabulary methods, whose outputs
-    # then hash as before); training and translation rerun only for the rows with the new source vocabulary
+    # then hash as before); the row stamps rehash their resources (va-llm's CBOW vectors changed, patt-eg-kd's
+    # generator did not); training and translation rerun only for the rows with the new source vocabulary
     # (patt-eg-kd adapts the decoder only: its encoder keeps the pretrained vocabulary)
-    assert [s for s in ran if s.startswith("transfer@")] == sorted(f"transfer@{m}" for m in rows)
-    assert [s for s in ran if not s.startswith("transfer@")] == sorted(
-        ["cbow", "evaluate@va-llm", "finetune@va-llm", "mismatch", "spm@downstream"])
+    assert [s for s in ran if s.startswith("transfer@")] == sorted(f"transfer@{m}-1" for m in rows)
+    assert [s for s in ran if not s.startswith(("transfer@", "row@"))] == sorted(
+        ["cbow", "evaluate@va-llm-1", "finetune@va-llm-1", "mismatch", "spm@downstream"])
     report = json.loads((tiny_copy / "data/reports/mismatch.json").read_text())
     assert report["de"]["vocab_size"]["new"] <= 900
+
+
+def stale(project: Path) -> set[str]:
+    proc = run(["dvc", "status", "--json"], project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(json.loads(proc.stdout or "{}"))
+
+
+@e2e
+def test_the_grid_reruns_what_an_edit_touches(tiny_copy):
+    """Rows x seeds: adding a seed makes only that seed's cells (and the report) stale, and a seed's cells are
+    replicas of the row (its random rows drawn anew); editing one row's knob reruns that row's cells only."""
+    assert stale(tiny_copy) == set()
+    params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
+    params["seeds"] = [1, 2]
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    assert stale(tiny_copy) == {f"{stage}@{row}-2" for stage in ("transfer", "finetune", "evaluate")
+                                for row in ROWS} | {"report"}
+    replica = [f"{stage}@ft-tgtv-random-2" for stage in ("transfer", "finetune", "evaluate")]
+    proc = run(["dvc", "repro", "--single-item", *replica], tiny_copy)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert ran_stages(proc.stdout) == sorted(replica)
+    one, two = record(tiny_copy, "ft-tgtv-random", 1), record(tiny_copy, "ft-tgtv-random", 2)
+    assert (one["seed"], two["seed"]) == (1, 2) and one["knobs_digest"] == two["knobs_digest"]
+    assert one["upstream"] == two["upstream"] and two["finetune"]["seed"] == 2
+    init = [sha256_file(cell(tiny_copy, "models/init", "ft-tgtv-random", seed) / "model.safetensors")
+            for seed in (1, 2)]
+    assert init[0] != init[1]  # the seed draws the random rows too
+    assert two["machine"]["capability"] and two["commit"] and two["test"]["sentences"] == one["test"]["sentences"]
+
+    params["seeds"] = [1]
+    params["rows"]["va-llm"] = {"k": 5}
+    (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run(["dvc", "repro"], tiny_copy)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert ran_stages(proc.stdout) == sorted(["row@va-llm", "transfer@va-llm-1", "finetune@va-llm-1",
+                                              "evaluate@va-llm-1", "report"])
+    assert record(tiny_copy, "va-llm")["knobs"]["k"] == 5
 
 
 # Bad input: a one-line error naming the key or file, exit status 2, nothing left in data/.
@@ -507,16 +543,15 @@ def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
     params["upstreams"] = {"ft-tgtv": {"vocab": "downstream"}, "joint-vocab": {"vocab": "joint"},
                            "bpe-drop": {"sampling_alpha": 0.2}, "mdl": {"vocab": "joint", "mix_downstream": True}}
-    params["methods"] += [*rows, "mdl", "typo"]
-    params["transfer"]["typo"] = {"method": "ft-srcv", "upstream": "ft-tgvt"}
+    params["rows"] |= {row: {} for row in [*rows, "mdl"]} | {"typo": {"method": "ft-srcv", "upstream": "ft-tgvt"}}
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     # more upstream models leave the base model up to date
     assert run(["dvc", "status", "pretrain"], tiny_copy).stdout.strip() == "Data and pipelines are up to date."
-    # the new rows' stages only, in the flow's order (`dvc repro TARGET` would also rerun every other row's
-    # transfer, whose `transfer` params changed, to the same bytes)
+    # the new rows' stages only, in the flow's order (the other rows' stamps rehash data/models/upstream, which
+    # gained models: a few seconds, and their cells stay up to date)
     new = [*rows, "mdl"]
-    stages = [*(f"upstream@{r}" for r in new), *(f"{stage}@{r}" for stage in ("transfer", "finetune") for r in new),
-              "evaluate@mdl"]
+    stages = [*(f"upstream@{r}" for r in new), *(f"row@{r}" for r in new),
+              *(f"{stage}@{r}-1" for stage in ("transfer", "finetune") for r in new), "evaluate@mdl-1"]
     proc = run(["dvc", "repro", "--single-item", *stages], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert ran_stages(proc.stdout) == sorted(stages)
@@ -526,7 +561,7 @@ def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
     for row in rows:
         metrics = json.loads((tiny_copy / f"data/metrics/upstream/{row}.json").read_text())
         assert metrics["updates"] == params["pretrain"]["train"]["max_updates"] and metrics["best_update"] > 0
-        model, src, tgt = load_model(tiny_copy / f"data/models/init/{row}")
+        model, src, tgt = load_model(cell(tiny_copy, "models/init", row))
         assert model.config.d_model == base.config.d_model
         vocab = {"src": src.spm_bytes, "tgt": tgt.spm_bytes}
         if row == "ft-tgtv":
@@ -538,21 +573,22 @@ def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
             assert vocab == spm["upstream"]
             weights = model.get_encoder().embed_tokens.weight
             assert not torch.allclose(weights, base.get_encoder().embed_tokens.weight)
-        assert json.loads((tiny_copy / f"data/metrics/finetune/{row}.json").read_text())["best_update"] > 0
+        assert json.loads(cell(tiny_copy, "metrics/finetune", row, suffix=".json").read_text())["best_update"] > 0
     mdl = json.loads((tiny_copy / "data/metrics/upstream/mdl.json").read_text())
     assert mdl["mix_downstream"] and mdl["updates"] == params["pretrain"]["train"]["max_updates"]
     sample = params["finetune"]["train_pairs"]
     assert sample * 0.9 < mdl["pairs_by_domain"]["downstream"] <= sample  # the rows' sample (within max_len)
     base_pairs = json.loads((tiny_copy / "data/metrics/pretrain.json").read_text())["train_pairs"]
     assert abs(mdl["pairs_by_domain"]["upstream"] - base_pairs) <= 0.01 * base_pairs  # other pieces: max_len
-    model, src, tgt = load_model(tiny_copy / "data/models/finetuned/mdl")
+    model, src, tgt = load_model(cell(tiny_copy, "models/finetuned", "mdl"))
     assert tgt.id_of(domain_tag("downstream")) == tgt.id_of(domain_tag("upstream")) + 1
-    assert json.loads((tiny_copy / "data/metrics/finetune/mdl.json").read_text())["updates"] == 0
-    hyps = (tiny_copy / "data/eval/mdl/hyp.txt").read_text(encoding="utf-8")
-    assert "<domain:" not in hyps and json.loads((tiny_copy / "data/eval/mdl/metrics.json").read_text())["bleu"] >= 0
-    proc = run(["python", "-m", "stages.transfer", "typo"], tiny_copy)
-    assert proc.returncode != 0 and "transfer.typo.upstream: 'ft-tgvt' is not an upstream model" in proc.stderr
-    assert not (tiny_copy / "data/models/init/typo").exists()
+    assert json.loads(cell(tiny_copy, "metrics/finetune", "mdl", suffix=".json").read_text())["updates"] == 0
+    hyps = (cell(tiny_copy, "cells", "mdl") / "hyp.txt").read_text(encoding="utf-8")
+    assert "<domain:" not in hyps and record(tiny_copy, "mdl")["metrics"]["bleu"] >= 0
+    assert record(tiny_copy, "mdl")["upstream"]["name"] == "mdl"  # the record names the model the cell started from
+    proc = run(["python", "-m", "stages.row", "typo"], tiny_copy)
+    assert proc.returncode != 0 and "rows.typo.upstream: 'ft-tgvt' is not an upstream model" in proc.stderr
+    assert not (tiny_copy / "data/rows/typo.json").exists()
 
 
 @e2e
@@ -562,27 +598,26 @@ def test_a_backtranslated_row_fine_tunes_on_the_backward_models_translations_too
     from vocabridge.nmt.model import load_model
 
     base = json.loads((tiny_copy / "data/corpora/backtranslated/stats.json").read_text())
-    assert base == {"rows": [], "pairs": 0}  # the tiny profile has no such row: an empty corpus, nothing decoded
+    assert base == {"pairs": 0}  # the tiny profile has no backward model: an empty corpus, nothing decoded
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
     params["upstreams"] = {"backward": {"reverse": True}}
     params["backtranslation"] = {"sentences": 300, "beam": 2}
-    params["methods"] += ["ft-srcv+bt"]
-    params["transfer"]["ft-srcv+bt"] = {"method": "ft-srcv", "backtranslated": True}
+    params["rows"]["ft-srcv-bt"] = {"method": "ft-srcv", "backtranslated": True}
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    stages = ["upstream@backward", "backtranslate", "transfer@ft-srcv+bt", "finetune@ft-srcv+bt"]
+    stages = ["upstream@backward", "backtranslate", "row@ft-srcv-bt", "transfer@ft-srcv-bt-1", "finetune@ft-srcv-bt-1"]
     proc = run(["dvc", "repro", "--single-item", *stages], tiny_copy)  # the new row's stages only
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     _, src, tgt = load_model(tiny_copy / "data/models/upstream/backward")
     assert src.spm_bytes == (tiny_copy / "data/spm/upstream/en.model").read_bytes()  # English in, German out
     assert tgt.spm_bytes == (tiny_copy / "data/spm/upstream/de.model").read_bytes()
     stats = json.loads((tiny_copy / "data/corpora/backtranslated/stats.json").read_text())
-    assert stats["rows"] == ["ft-srcv+bt"] and 250 < stats["pairs"] <= 300 and stats["backward_model"] == "backward"
+    assert 250 < stats["pairs"] <= 300 and stats["backward_model"] == "backward"
     german = lines(tiny_copy / "data/corpora/backtranslated/train.de")
     english = lines(tiny_copy / "data/corpora/backtranslated/train.en")
     mono = lines(tiny_copy / "data/corpora/downstream/mono.en")[:300]
     assert len(german) == len(english) == stats["pairs"] and set(english) <= set(mono) and german != english
-    tuned = json.loads((tiny_copy / "data/metrics/finetune/ft-srcv+bt.json").read_text())
-    plain = json.loads((tiny_copy / "data/metrics/finetune/ft-srcv.json").read_text())
+    tuned = json.loads(cell(tiny_copy, "metrics/finetune", "ft-srcv-bt", suffix=".json").read_text())
+    plain = json.loads(cell(tiny_copy, "metrics/finetune", "ft-srcv", suffix=".json").read_text())
     assert tuned["backtranslated_pairs"] == stats["pairs"]
     assert plain["train_pairs"] < tuned["train_pairs"] <= plain["train_pairs"] + stats["pairs"]
     params["evaluate"]["decoder"] = "transformers"  # the decoder a GPU uses: transformers' beam search, same output
@@ -594,11 +629,11 @@ def test_a_backtranslated_row_fine_tunes_on_the_backward_models_translations_too
     german_again = lines(tiny_copy / "data/corpora/backtranslated/train.de")
     assert abs(again["pairs"] - stats["pairs"]) <= 3
     assert sum(a == b for a, b in zip(german, german_again, strict=False)) >= 0.9 * len(german)
-    params["backtranslation"]["upstream"] = "base"
+    params["upstreams"]["backward"]["reverse"] = False
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     proc = run(["python", "-m", "stages.backtranslate"], tiny_copy)
-    assert proc.returncode != 0 and "backtranslation.upstream: 'base' must be an entry of `upstreams` with " \
-        "`reverse: true`" in proc.stderr
+    assert proc.returncode != 0 and "backtranslation.upstream: upstreams.backward must have `reverse: true`" \
+        in proc.stderr
 
 
 @e2e
@@ -646,8 +681,9 @@ def test_the_ledger_takes_a_finished_run_and_refuses_a_stale_one(tiny_copy):
 PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc": {"decoder": "autoregressive"},
                        "plm-nmt": {"decoder": "coordinator"},
                        "plm-nmt-no-mlm": {"decoder": "coordinator", "upstream": False, "sponsored": {"mlm": 0}}},
-            "transfer": {"plm-nmt-no-mlm": {"method": "plm-nmt", "upstream": "plm-nmt-no-mlm"},
-                         "plm-nmt-fwet": {"method": "plm-nmt", "target_vocabulary": "fwet"}},
+            "rows": {"abnet": {}, "mask-predict": {}, "abnet-enc": {}, "plm-nmt": {},
+                     "plm-nmt-no-mlm": {"method": "plm-nmt", "upstream": "plm-nmt-no-mlm"},
+                     "plm-nmt-fwet": {"method": "plm-nmt", "target_vocabulary": "fwet"}},
             "evaluate": {"latency_sentences": 8},
             "abnet": {"adapters": {"encoder_inner": 32, "decoder_ffn": 64, "max_target_len": 62},
                       "sponsored": {"coordinator_layers": 1, "coordinator_ffn": 64},
@@ -669,63 +705,62 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
 
     from vocabridge.config import deep_merge
 
-    params = deep_merge(yaml.safe_load((tiny_copy / "params.yaml").read_text()), PLM_ROWS)
-    params["methods"] += ["abnet", "mask-predict", "abnet-enc", "plm-nmt", "plm-nmt-no-mlm", "plm-nmt-fwet"]
+    params = deep_merge(yaml.safe_load((tiny_copy / "params.yaml").read_text()), PLM_ROWS)  # rows added
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     abnets, rows = list(PLM_ROWS["abnets"]), [*PLM_ROWS["abnets"], "plm-nmt-fwet"]
-    # the new rows' stages only, in the flow's order, then the report of all rows (`dvc repro report` would also
-    # rerun every other row's transfer, whose `transfer` params changed, to the same bytes)
-    stages = [*(f"abnet@{a}" for a in abnets), *(f"{stage}@{r}" for stage in ("transfer", "finetune", "evaluate")
-                                                for r in rows), "evaluate@ft-srcv", "report"]
+    # the new rows' stages only, in the flow's order, an NMT row's evaluate (its latency), then the report of all
+    stages = [*(f"abnet@{a}" for a in abnets), *(f"row@{r}" for r in rows),
+              *(f"{stage}@{r}-1" for stage in ("transfer", "finetune", "evaluate") for r in rows),
+              "evaluate@ft-srcv-1", "report"]
     proc = run(["dvc", "repro", "--single-item", *stages], tiny_copy)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ran = set(yaml.safe_load((tiny_copy / "dvc.lock").read_text())["stages"])
-    assert {"abnet@abnet", "abnet@mask-predict", "abnet@abnet-enc", "evaluate@abnet", "evaluate@mask-predict",
-            "evaluate@abnet-enc"} <= ran
+    assert {"abnet@abnet", "abnet@mask-predict", "abnet@abnet-enc", "evaluate@abnet-1", "evaluate@mask-predict-1",
+            "evaluate@abnet-enc-1"} <= ran
     for row in ("abnet", "mask-predict"):
-        metrics = json.loads((tiny_copy / f"data/eval/{row}/metrics.json").read_text())
+        metrics = record(tiny_copy, row)["metrics"]
         assert metrics["decoder"] == "mask-predict" and 1 <= metrics["mean_iterations"] <= 10
-        assert len(lines(tiny_copy / f"data/eval/{row}/hyp.txt")) == metrics["test_sentences"]
+        assert len(lines(cell(tiny_copy, "cells", row) / "hyp.txt")) == metrics["test_sentences"]
         assert metrics["upstream"]["test_sentences"] == 200
-        tuning = json.loads((tiny_copy / f"data/metrics/finetune/{row}.json").read_text())
+        tuning = json.loads(cell(tiny_copy, "metrics/finetune", row, suffix=".json").read_text())
         assert tuning["updates"] == 40 and tuning["train_pairs"] <= 1000  # the rows' downstream sample
-    frozen = json.loads((tiny_copy / "data/metrics/finetune/abnet.json").read_text())
-    free = json.loads((tiny_copy / "data/metrics/finetune/mask-predict.json").read_text())
+    frozen = json.loads(cell(tiny_copy, "metrics/finetune", "abnet", suffix=".json").read_text())
+    free = json.loads(cell(tiny_copy, "metrics/finetune", "mask-predict", suffix=".json").read_text())
     assert frozen["trainable_parameters"] < frozen["parameters"] / 2
     assert free["trainable_parameters"] == free["parameters"]
     # AB-Net never changes its BERTs: the fine-tuned row's decoder BERT is the plm stage's
     plm = load_file(tiny_copy / "data/models/plm/en/model.safetensors")
-    tuned = load_file(tiny_copy / "data/models/finetuned/abnet/target/model.safetensors")
+    tuned = load_file(cell(tiny_copy, "models/finetuned", "abnet") / "target/model.safetensors")
     assert all(plm[k].equal(tuned[k]) for k in plm)
     table = pd.read_csv(tiny_copy / "data/reports/results/report.csv")
     ours = table[table["source"] == "vocabridge"].set_index("method")
     assert ours.loc[["abnet", "mask-predict", "abnet-enc", "plm-nmt"], "bleu"].notna().all()
     assert (ours.loc[[*rows, "ft-srcv"], "latency_ms"] > 0).all()  # every row evaluated since, NMT rows too
     # the PLMs' fixed vocabularies get the mismatch figures too
-    fit = json.loads((tiny_copy / "data/diagnostics/abnet.json").read_text())["vocabulary_fit"]
+    fit = json.loads(cell(tiny_copy, "diagnostics", "abnet", suffix=".json").read_text())["vocabulary_fit"]
     assert set(fit) == {"src", "tgt"} and all(f["fertility"]["old"] > 0 for f in fit.values())
     assert ours.loc["abnet", "unseen_token_rate"] == fit["tgt"]["unseen_token_rate"]
     report = (tiny_copy / "data/reports/results/report.md").read_text()
     assert "## Vocabulary fit" in report and "PLM (abnet)" in report and "PLM (abnet-enc)" in report
-    enc = json.loads((tiny_copy / "data/eval/abnet-enc/metrics.json").read_text())
+    enc = record(tiny_copy, "abnet-enc")["metrics"]
     assert enc["decoder"] == "transformers (AB-Net-Enc)" and enc["beam"] == params["evaluate"]["beam"]
-    sponsored = json.loads((tiny_copy / "data/eval/plm-nmt/metrics.json").read_text())
+    sponsored = record(tiny_copy, "plm-nmt")["metrics"]
     assert sponsored["decoder"] == "beam search (PLM-sponsored)" and sponsored["beam"] == params["evaluate"]["beam"]
-    assert (tiny_copy / "data/models/finetuned/plm-nmt/teacher/model.safetensors").is_file()
+    assert (cell(tiny_copy, "models/finetuned", "plm-nmt") / "teacher/model.safetensors").is_file()
     # an ablation of the paper's Table 3: its own `sponsored` keys, here without upstream training
     for row, mlm in (("plm-nmt", 0.15), ("plm-nmt-no-mlm", 0.0)):
-        meta = json.loads((tiny_copy / f"data/models/finetuned/{row}/abnet.json").read_text())
+        meta = json.loads((cell(tiny_copy, "models/finetuned", row) / "abnet.json").read_text())
         assert meta["sponsored"]["mlm"] == mlm and meta["sponsored"]["coordinator_layers"] == 1
     assert json.loads((tiny_copy / "data/metrics/abnet/plm-nmt-no-mlm.json").read_text())["updates"] == 0
     assert ours.loc["plm-nmt-no-mlm", "bleu"] >= 0
     # Duan & Zhao's FWET gives the PLM decoder the downstream target vocabulary
-    fwet = json.loads((tiny_copy / "data/diagnostics/plm-nmt-fwet.json").read_text())
+    fwet = json.loads(cell(tiny_copy, "diagnostics", "plm-nmt-fwet", suffix=".json").read_text())
     assert fwet["decoder"]["initializer"] == "fwet" and fwet["decoder"]["rows"]["projected"] > 0
     from vocabridge.tokenizers import load_spm, pieces
 
     target_spm = load_spm(tiny_copy / f"data/spm/downstream/{params['lang']['tgt']}.model")
-    config = json.loads((tiny_copy / "data/models/finetuned/plm-nmt-fwet/target/config.json").read_text())
+    config = json.loads((cell(tiny_copy, "models/finetuned", "plm-nmt-fwet") / "target/config.json").read_text())
     assert config["vocab_size"] == fwet["vocab_size"]["tgt"] == len(pieces(target_spm)) + 5
     assert ours.loc["plm-nmt-fwet", "bleu"] >= 0
-    enc_tuning = json.loads((tiny_copy / "data/metrics/finetune/abnet-enc.json").read_text())
+    enc_tuning = json.loads(cell(tiny_copy, "metrics/finetune", "abnet-enc", suffix=".json").read_text())
     assert frozen["trainable_parameters"] < enc_tuning["trainable_parameters"] < enc_tuning["parameters"]

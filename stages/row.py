@@ -1,0 +1,62 @@
+"""Stage row@ROW: what a row of the grid starts from, as content hashes, in data/rows/ROW.json.
+
+Its method, its resolved knobs (and their digest, which every cell record of the row carries) and the sha256 of
+each resource its method draws on: its upstream model, the CBOW vectors (methods that use them), its trained
+generator. The row's cells depend on this file instead of on the resource folders, so a new upstream model,
+generator or CBOW run reruns only the cells of the rows that use it; this stage reruns whenever any resource
+changes, which costs a few seconds of hashing.
+"""
+
+from __future__ import annotations
+
+from stages import _cells as cells
+from stages import _paths as paths
+from vocabridge.entry import run
+from vocabridge.errors import ConfigError, InputError
+from vocabridge.fileio import sha256_file, write_json
+from vocabridge.grid import knobs_digest
+from vocabridge.transfer import generator_for, get_method, knobs_for, resolved_knobs
+
+
+def upstream_weights(name: str, family: str):
+    """The weights file of an upstream model (a Marian model, or an AB-Net's trained part)."""
+    folder = paths.upstream(name)
+    return folder / ("adapters.safetensors" if family == "abnet" else "model.safetensors")
+
+
+def main(argv: list[str]) -> None:
+    row, params = cells.row_stage_args(__doc__, argv)
+    method, knobs = get_method(row, params.rows), knobs_for(row, params.rows)
+    if method.family == "abnet" and knobs.upstream not in params.abnets:
+        raise ConfigError(f"params.yaml: rows.{row}.upstream: '{knobs.upstream}' is not an AB-Net model; add "
+                          f"abnets.{knobs.upstream} (AB-Net models: {', '.join(sorted(params.abnets)) or 'none'})")
+    if method.family != "abnet" and knobs.upstream != "base" and knobs.upstream not in params.upstreams:
+        known = ", ".join(["base", *sorted(params.upstreams)])
+        raise ConfigError(f"params.yaml: rows.{row}.upstream: '{knobs.upstream}' is not an upstream model; add "
+                          f"upstreams.{knobs.upstream} (upstream models: {known})")
+    files = {"upstream": upstream_weights(knobs.upstream, method.family)}
+    if "cbow" in method.needs:
+        files |= {f"cbow.{code}": paths.CBOW / f"{code}.bin" for code in (params.lang.src, params.lang.tgt)}
+    if method.generator:
+        name = generator_for(method.generator, knobs.sides)
+        if name not in params.generators:
+            raise ConfigError(f"params.yaml: generators: rows.{row} needs the trained generator '{name}'; add it "
+                              f"(generators: {params.generators})")
+        files["generator"] = paths.GENERATORS / f"{name}.safetensors"
+    if knobs.backtranslated and params.backtranslation.upstream not in params.upstreams:
+        raise ConfigError(f"params.yaml: rows.{row}.backtranslated: the backtranslate stage needs its backward model "
+                          f"upstreams.{params.backtranslation.upstream} (reverse: true)")
+    for key, path in files.items():
+        if not path.is_file():
+            raise InputError(f"{path}: missing ({key} of rows.{row}); run the stage that makes it (`dvc repro`)")
+    resolved = resolved_knobs(row, params.rows)
+    write_json(cells.row_file(row), {
+        "row": row, "method": resolved["method"], "knobs": resolved, "knobs_digest": knobs_digest(resolved),
+        "upstream": {"name": knobs.upstream, "sha256": sha256_file(files["upstream"])},
+        "resources": {key: {"path": str(path), "sha256": sha256_file(path)} for key, path in files.items()},
+    })
+    print(row, {key: str(path) for key, path in files.items()})
+
+
+if __name__ == "__main__":
+    run(main)
