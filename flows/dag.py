@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flows.errors import FlowError
+from vocabridge.grid import Cell
 
 # Stage groups that train or translate: their tasks carry the `gpu` tag unless dvc.yaml says otherwise
 # (`meta: {prefect: {gpu: false}}`). Downloads fail transiently, so `prepare` is retried by default.
@@ -18,13 +19,16 @@ RETRY_GROUPS = {"prepare": 3}
 # with every core each would run twice as many torch threads as there are cores); `meta: {prefect:
 # {all_cores: false}}` to share with every stage instead.
 ALL_CORE_GROUPS = frozenset({"pretrain", "upstream", "generator"})
+# The grid (vocabridge.grid): `row@ROW` hashes what a row's cells draw on; the cells' own stages are DVC matrix
+# items `GROUP@ROW-SEED` (Cell.name).
+ROW_GROUP = "row"
 
 
 @dataclass(frozen=True)
 class Stage:
     """One DVC stage as the flow needs it: its address, what it waits for, and how Prefect should treat it."""
 
-    name: str  # DVC's address: `mismatch`, `finetune@va-llm`
+    name: str  # DVC's address: `mismatch`, `finetune@va-llm-3`
     upstream: tuple[str, ...] = ()
     gpu: bool = False
     retries: int = 0
@@ -83,29 +87,56 @@ class Dag:
             found += [h for h in hits if h not in found]
         return found
 
-    def select(self, targets: list[str] | None = None, methods: list[str] | None = None) -> Dag:
-        """The sub-DAG for `targets` (with their ancestors) restricted to `methods`.
+    @property
+    def rows(self) -> list[str]:
+        """The grid's rows, sorted: the items of the `row@ROW` stages (dvc.yaml's foreach over params' `rows`)."""
+        return sorted(s.item for s in self.stages.values() if s.group == ROW_GROUP and s.item is not None)
 
-        A method is an item of a foreach group (`finetune@va-llm`); groups whose items include a requested
-        method keep only the requested ones, and stages that need a dropped stage (the cross-method report)
-        are dropped too. Groups over other lists (`prepare@upstream`) are untouched.
+    def cells(self) -> dict[str, Cell]:
+        """The stages that run one cell of the grid (`finetune@va-llm-3`, DVC's matrix over rows x seeds): an item
+        `ROW-SEED` of a row of `rows`; stage name -> cell."""
+        rows = set(self.rows)
+        found = {}
+        for name, stage in self.stages.items():
+            if stage.item is None or stage.group == ROW_GROUP:
+                continue
+            try:
+                cell = Cell.from_name(stage.item)
+            except ValueError:
+                continue
+            if cell.row in rows:
+                found[name] = cell
+        return found
+
+    def select(self, targets: list[str] | None = None, rows: list[str] | None = None,
+               seeds: list[int] | None = None) -> Dag:
+        """The sub-DAG for `targets` (with their ancestors) restricted to the cells of `rows` and `seeds`.
+
+        A cell's stages (`transfer@va-llm-3`) are kept when its row is among `rows` and its seed among `seeds`
+        (either None: all); a dropped row's `row@ROW` goes too, and so does every stage that needs a dropped stage
+        (the report over every cell). Stages that are not a cell's (`prepare@upstream`, `upstream@NAME`,
+        `generator`) are untouched.
         """
         keep = set(self.stages)
         if targets:
             keep = set()
             for name in self.match(targets):
                 keep |= {name} | self.ancestors(name)
-        if methods:
-            groups: dict[str, set[str]] = {}
-            for stage in self.stages.values():
-                if stage.item is not None:
-                    groups.setdefault(stage.group, set()).add(stage.item)
-            known = sorted({i for items in groups.values() for i in items})
-            unknown = [m for m in methods if m not in known]
-            if unknown:
-                raise FlowError(f"unknown method {unknown[0]!r} (foreach items in dvc.yaml: {', '.join(known)})")
-            dropped = {s.name for s in self.stages.values()
-                       if s.item is not None and groups[s.group] & set(methods) and s.item not in methods}
+        if rows or seeds:
+            cells = self.cells()
+            known_rows = self.rows
+            known_seeds = sorted({c.seed for c in cells.values()})
+            unknown_rows = [r for r in rows or [] if r not in known_rows]
+            if unknown_rows:
+                raise FlowError(f"unknown row {unknown_rows[0]!r} (rows in dvc.yaml: "
+                                f"{', '.join(known_rows) or 'none'})")
+            unknown_seeds = [s for s in seeds or [] if s not in known_seeds]
+            if unknown_seeds:
+                raise FlowError(f"unknown seed {unknown_seeds[0]!r} (seeds in dvc.yaml: "
+                                f"{', '.join(map(str, known_seeds)) or 'none'})")
+            dropped = {name for name, cell in cells.items()
+                       if (rows and cell.row not in rows) or (seeds and cell.seed not in seeds)}
+            dropped |= {f"{ROW_GROUP}@{row}" for row in known_rows if rows and row not in rows}
             for name in self.order:  # topological: a stage whose upstream was dropped is dropped
                 if name in dropped or set(self.stages[name].upstream) & dropped:
                     dropped.add(name)

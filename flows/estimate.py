@@ -1,22 +1,45 @@
 """The expected wall time of a profile on this machine, before running it: `vocabridge estimate`.
 
-vocabridge.estimate measures the machine and prices one stage; here the stages are laid over dvc.yaml's DAG
-two ways: one after another with every core (`dvc repro`), and as the Prefect flow schedules them (`jobs`
-stages at once, the cores shared out by `Dag.core_shares`, pretrain and generator on every core).
+vocabridge.estimate measures the machine and prices pieces of work (a training run, decoding); here each stage
+of dvc.yaml is priced from them (`stage_seconds`: a cell's transfer, finetune and evaluate by its row's method)
+and the stages are laid over the DAG two ways: one after another with every core (`dvc repro`), and as the
+Prefect flow schedules them (`jobs` stages at once, the cores shared out by `Dag.core_shares`, pretrain and
+generator on every core). A stage it has no price for is an error, never a silent zero.
+
+The short stages (downloads, SentencePiece, CBOW, a row's hashes, report) are not timed: they take fixed figures
+measured on the default profile (a few minutes in all), scaled by the sizes in params.yaml.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from flows.dag import Dag, load_dag
+from flows.dag import ROW_GROUP, Dag, load_dag
 from flows.pipeline import cores as machine_cores
 from flows.pipeline import share_cores
 from vocabridge.config import Params, apply_profile, parse, read_yaml, validate
-from vocabridge.estimate import Machine, cached_measure, stage_seconds
+from vocabridge.errors import ConfigError
+from vocabridge.estimate import (
+    LATENCY_COST,
+    TYPICAL_PIECES,
+    UPSTREAM_LINES,
+    Machine,
+    abnet_kind,
+    abnet_training_seconds,
+    at,
+    cached_measure,
+    cbow_seconds,
+    count_lines,
+    training_seconds,
+)
+from vocabridge.grid import Cell, cells
+from vocabridge.transfer import get_method, knobs_for
+
+DVC_OVERHEAD = 2.5  # seconds `dvc repro --single-item` adds around a stage's command (hashing, lock)
+CELL_GROUPS = ("transfer", "finetune", "evaluate")  # DVC matrix stages over rows x seeds: GROUP@ROW-SEED
 
 
 @dataclass
@@ -26,6 +49,16 @@ class Estimate:
     flow: dict[str, tuple[float, float, int]]  # stage -> (start, end, threads) in the flow
     cores: int
     jobs: int
+    cells: list[Cell] = field(default_factory=list)  # the grid's cells among the stages priced
+
+    @property
+    def grid(self) -> str:
+        """`18 cells (6 rows x 3 seeds)`: what the cell stages add up to."""
+        rows = list(dict.fromkeys(c.row for c in self.cells))
+        seeds = sorted({c.seed for c in self.cells})
+        plural = "" if len(self.cells) == 1 else "s"
+        return (f"{len(self.cells)} cell{plural} ({len(rows)} row{'' if len(rows) == 1 else 's'} x {len(seeds)} "
+                f"seed{'' if len(seeds) == 1 else 's'})")
 
     @property
     def repro_seconds(self) -> float:
@@ -70,7 +103,7 @@ def profile_params(workspace: Path, profile: str | None) -> tuple[Params, dict]:
 
 
 def dag_for(workspace: Path, data: dict) -> Dag:
-    """dvc.yaml's DAG with these params (a profile's methods make other foreach items)."""
+    """dvc.yaml's DAG with these params (a profile's rows and seeds make other cells)."""
     import logging
 
     import yaml
@@ -103,7 +136,125 @@ def estimate_dag(dag: Dag, params: Params, workspace: Path, jobs: int = 0, fresh
     seconds = {name: {t: stage_seconds(name, params, machine, t, workspace) for t in range(1, cores + 1)}
                for name in dag.order}
     return Estimate(machine, {n: seconds[n][cores] for n in dag.order}, simulate_flow(dag, seconds, cores, jobs),
-                    cores, jobs)
+                    cores, jobs, list(dict.fromkeys(dag.cells().values())))
+
+
+def stage_seconds(stage: str, params: Params, machine: Machine, threads: int, root: Path = Path(".")) -> float:
+    """Expected wall time of one DVC stage (`pretrain`, `finetune@va-llm-3`) at `threads` torch threads.
+
+    Fewer threads than cores means the stage shares the machine (the flow's layout): its work then takes
+    `machine.beside` times as long."""
+    start = machine.startup + DVC_OVERHEAD
+    alone = _stage_alone(stage, params, machine, threads, root, start)
+    if threads < machine.cpu.get("cores", threads):
+        return start + (alone - start) * machine.beside
+    return alone
+
+
+def _cell_row(stage: str, item: str, params: Params) -> str:
+    try:
+        row = Cell.from_name(item).row
+    except ValueError:
+        raise ConfigError(f"dvc.yaml: stage '{stage}': a cell's stage is named GROUP@ROW-SEED") from None
+    if row not in params.rows:
+        raise ConfigError(f"dvc.yaml: stage '{stage}': no row '{row}' in params' rows ({', '.join(params.rows)})")
+    return row
+
+
+def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, root: Path, start: float) -> float:
+    group, _, item = stage.partition("@")
+    corpora = root / "data" / "corpora"
+    down_dev = count_lines(corpora / "downstream" / f"dev.{params.lang.src}", params.prepare.downstream.dev_size)
+    up_dev = count_lines(corpora / "upstream" / f"dev.{params.lang.src}", params.prepare.upstream.dev_size)
+    bible = params.prepare.downstream.bible
+    mono = bible.mono_size or 40000  # all of the Bible's other translations: about 40k lines per language
+    size = (bible.train_size or 30000) + mono  # CBOW and SentencePiece text, against 10k + 40k in the default
+    if group in CELL_GROUPS:
+        return _cell_stage(group, _cell_row(stage, item, params), params, machine, threads, corpora, start, down_dev)
+    if group == "prepare":
+        if item == "upstream":
+            debian = params.prepare.upstream.debian
+            return start + 3 + 0.25 * len(debian.packages) + (25 if debian.libreoffice_help else 0)
+        return start + 6
+    if group == "spm":
+        return start + 3 + 10 * size / 50000
+    if group == "mismatch":
+        return start + 1
+    if group == "cbow":
+        return start + 2 + cbow_seconds(size * TYPICAL_PIECES["downstream"][1], params.cbow.epochs)
+    if group in ("pretrain", "upstream"):  # upstream@NAME: the same recipe (a joint vocabulary: + its spm training)
+        if params.pretrain.external_model:
+            return start + 5
+        cfg = params.pretrain.train
+        init = 0.0
+        spec = params.upstreams.get(item or "")
+        if spec is not None and spec.vocab == "joint":
+            init += 2 * (3 + 10 * UPSTREAM_LINES / 50000)
+        if params.pretrain.init == "cbow":  # CBOW on the upstream text first, both languages
+            lines = count_lines(corpora / "upstream" / f"train.{params.lang.src}", UPSTREAM_LINES)
+            init = cbow_seconds(lines * sum(TYPICAL_PIECES["upstream"]) / 2, params.pretrain.cbow.epochs)
+        return start + 10 + init + training_seconds(machine, "pretrain", "upstream", cfg, cfg.threads or threads,
+                                                    up_dev)
+    if group == "abnet":  # conditional masked-LM updates, Mask-Predict dev BLEU at each evaluation
+        spec = params.abnets[item]
+        if not spec.upstream:
+            return start + 10
+        return start + 10 + abnet_training_seconds(machine, abnet_kind(spec), params.abnet.train, threads, up_dev)
+    if group == "generator":  # each of params' generators: frozen-model updates
+        per = params.generator.train.steps * at(machine.train.get("generator", {0: 0.0}), threads)
+        return start + len(params.generators) * (10 + per)
+    if group == ROW_GROUP:  # hashes the resources a row's cells draw on (its upstream model, CBOW, generator)
+        return start + 3
+    if group == "backtranslate":  # the monolingual text through the backward model, when `upstreams` has it
+        if params.backtranslation.upstream not in params.upstreams:
+            return start + 2
+        lines = count_lines(corpora / "downstream" / f"mono.{params.lang.tgt}", mono)
+        lines = min(lines, params.backtranslation.sentences or lines)
+        return start + 4 + lines * at(machine.beam, threads)
+    if group == "plm":  # a unigram vocabulary, then masked-LM updates; a held-out pass (a third of an update per
+        #                  batch) at every evaluation
+        spec = params.plms[item]
+        if spec.model:
+            return start + 5
+        cfg = params.plm.train
+        lines = count_lines(corpora / "upstream" / f"train.{item}", UPSTREAM_LINES) + size
+        held_out = min(cfg.held_out_sentences, down_dev)
+        evals = cfg.max_updates // max(cfg.eval_every, 1) + 1
+        update = at(machine.train["plm"], threads)
+        return (start + 5 + 10 * lines / 50000 + cfg.max_updates * update
+                + evals * held_out / max(cfg.batch_sentences, 1) * update / 3)
+    if group == "report":  # reads every cell's record and hypotheses; paired tests per row and seed
+        return start + 5 + 2 * len(cells(params.rows, params.seeds))
+    raise ConfigError(f"dvc.yaml: stage '{stage}': the estimator has no price for a '{group}' stage (add one to "
+                      f"flows/estimate.py)")
+
+
+def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads: int, corpora: Path, start: float,
+                down_dev: int) -> float:
+    """One cell's transfer, finetune or evaluate, priced by its row's method."""
+    method = get_method(row, params.rows)
+    test = count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
+    up_test = count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
+    upstream = min(params.evaluate.upstream_sentences, up_test)  # forgetting: the upstream test set's first lines
+    latency = LATENCY_COST * min(params.evaluate.latency_sentences, test)
+    if method.family == "abnet":
+        kind = abnet_kind(params.abnets.get(knobs_for(row, params.rows).upstream))
+        if group == "transfer":
+            return start + 8 + params.diagnostics.dev_sentences * at(machine.greedy[kind], threads)
+        if group == "finetune":
+            cfg = params.abnet.finetune
+            return start + 5 + abnet_training_seconds(machine, kind, cfg, cfg.threads or threads, down_dev)
+        return start + 4 + (test + upstream + latency) * at(machine.greedy.get(f"{kind}-test", machine.greedy[kind]),
+                                                           threads)
+    if group == "transfer":
+        return start + 8 + params.diagnostics.dev_sentences * 2 * at(machine.greedy["downstream"], threads)
+    if group == "finetune":
+        if not method.finetune:
+            return start + 1
+        kind = "finetune-upstream" if method.vocabulary == "upstream" else "finetune-downstream"
+        cfg = params.finetune.train
+        return start + 5 + training_seconds(machine, kind, "downstream", cfg, cfg.threads or threads, down_dev)
+    return start + 4 + (test + upstream + latency) * at(machine.beam, threads)  # evaluate: beam search
 
 
 def _minutes(seconds: float) -> str:
@@ -117,6 +268,7 @@ def format_estimate(est: Estimate, profile: str) -> str:
     lines = [f"vocabridge estimate: profile {profile} on {cpu['cpu']} ({cpu['capability']}, native bf16 "
              f"{'yes' if cpu['bf16_native'] else 'no'}), {est.cores} cores, device {m.device}; training in "
              f"{', '.join(sorted(set(m.precision.values()))) or 'fp32'}; measured in {m.measured_in:.0f} s",
+             *([f"grid: {est.grid}"] if est.cells else []),
              "", "| stage | count | each (flow) | threads | each (dvc repro) |", "|---|---|---|---|---|"]
     groups: dict[str, list[str]] = {}
     for name in est.sequential:

@@ -36,7 +36,12 @@ def current_profile(workspace: Path) -> str | None:
 
 
 def apply_overrides(workspace: Path, overrides: list[str]) -> None:
-    """`key=value` overrides, parsed exactly as `dvc exp run -S` parses them (`file:key=value` too)."""
+    """`key=value` overrides, parsed exactly as `dvc exp run -S` parses them (`file:key=value` too).
+
+    An ablation of the grid changes one row's knob (`rows.va-llm.k=5`: only that row's cells run again) or the
+    seeds (`seeds=[1,2,3,4]`: only the new seed's cells run). A knob that a row of params.yaml leaves to its
+    method's default is set all the same (`rows.va-llm.k=5` where the row is `va-llm: {}`, as in a profile's
+    rows); a new row takes a `+`, as in DVC: `+rows.fvt={}`."""
     from dvc.exceptions import DvcException
     from dvc.utils.cli_parse import to_path_overrides
     from dvc.utils.hydra import apply_overrides as dvc_apply
@@ -50,7 +55,31 @@ def apply_overrides(workspace: Path, overrides: list[str]) -> None:
                 dvc_apply(str(target), [item])
             except DvcException as exc:
                 cause = exc.__cause__ or exc
-                raise FlowError(f"override {item!r}: {str(cause).splitlines()[0]}") from exc
+                unset, hint = _row_knob(target, item) if "Could not override" in str(cause) else (False, "")
+                if unset:
+                    dvc_apply(str(target), [f"++{item}"])  # add it: the row's knob, named as the method's
+                    continue
+                raise FlowError(f"override {item!r}: {str(cause).splitlines()[0]}{hint}") from exc
+
+
+def _row_knob(params: Path, item: str) -> tuple[bool, str]:
+    """Whether `item` sets a knob (a field of TransferMethod) that a row of `params` leaves out, as
+    `rows.ROW.KNOB=VALUE`; else what to say of it."""
+    import dataclasses
+
+    from vocabridge.config import TransferMethod
+
+    match = re.fullmatch(r"rows\.([^.=]+)\.([^.=]+)=.*", item, flags=re.S)
+    if not match:
+        return False, ""
+    rows = (yaml.safe_load(params.read_text(encoding="utf-8")) or {}).get("rows") or {}
+    row, knob = match.groups()
+    fields = [f.name for f in dataclasses.fields(TransferMethod)]
+    if not isinstance(rows.get(row), dict):
+        return False, f" (no row '{row}' in {params.name}: `+rows.{row}={{}}` adds one)"
+    if knob not in fields:
+        return False, f" (a row has no knob '{knob}'; its knobs: {', '.join(fields)})"
+    return knob not in rows[row], ""
 
 
 def create(workspace: Path, name: str, profile: str | None, overrides: list[str]) -> Path:

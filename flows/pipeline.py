@@ -5,6 +5,8 @@ shows what happened; DVC decides what is up to date: every task is `dvc repro --
 
     python -m flows.pipeline                                  # the workspace's DAG, no server needed
     python -m flows.pipeline -S spm.downstream.de.vocab_size=4000 --experiment vocab4k
+    python -m flows.pipeline --rows va-llm ft-srcv --seeds 1 2  # those cells of the grid (and no report)
+    python -m flows.pipeline -S rows.va-llm.k=5 --experiment k5   # an experiment: va-llm's cells run again
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def run_stage_elsewhere(stage: str, workspace: str, upstream: list[str], deploym
 
 
 def options(stage: Stage, retry_delay: float) -> dict:
-    """Prefect settings of one stage's task: a name that says stage and method, tags, retries with back-off."""
+    """Prefect settings of one stage's task: a name that says stage and cell, tags, retries with back-off."""
     return {"task_run_name": stage.name, "tags": stage.tags, "retries": stage.retries,
             "retry_delay_seconds": exponential_backoff(backoff_factor=retry_delay) if stage.retries else 0,
             "retry_jitter_factor": 0.2 if stage.retries else None}
@@ -192,12 +194,15 @@ def stage_threads(dag: Dag, jobs: int, busy: list[str]) -> tuple[int, int] | tup
 
 
 @flow(name="vocabridge", task_runner=ThreadPoolTaskRunner(max_workers=16))
-def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str] | None = None,
-             overrides: list[str] | None = None, targets: list[str] | None = None, force: bool = False,
-             experiment_name: str | None = None, jobs: int = 0, retry_delay: float = 10.0,
+def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] | None = None,
+             seeds: list[int] | None = None, overrides: list[str] | None = None, targets: list[str] | None = None,
+             force: bool = False, experiment_name: str | None = None, jobs: int = 0, retry_delay: float = 10.0,
              lock_timeout: float = 600.0, remote_stages: list[str] | None = None,
              stage_deployment: str = "vocabridge-stage/gpu", git_url: str | None = None, estimate: bool = True) -> str:
-    """Run the DAG of dvc.yaml (or the part that `targets` and `methods` select) and return the report table.
+    """Run the DAG of dvc.yaml (or the part that `targets`, `rows` and `seeds` select) and return the report table.
+
+    `rows` and `seeds` keep the grid's cells of those rows and seeds (`Dag.select`); a selection that leaves
+    cells out leaves out the report over all cells too.
 
     With a `profile` other than the workspace's or with `overrides` (`key=value`, as `dvc exp run -S`), the
     run is a DVC experiment in its own clone: the workspace's params.yaml and outputs stay as they were.
@@ -220,7 +225,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, methods: list[str
         logger.info("experiment %s in %s: profile=%s overrides=%s", name, run_ws, profile, overrides)
     try:
         restore_lock(run_ws, logger.warning)
-        dag = load_dag(run_ws).select(targets, methods)
+        dag = load_dag(run_ws).select(targets, rows, seeds)
         remote = remote_settings(run_ws, remote_stages, stage_deployment, git_url)
         if remote and is_experiment:
             raise FlowError("remote_stages with overrides or a profile is not supported yet; run the "
@@ -262,9 +267,10 @@ def log_estimate(dag: Dag, workspace: Path, jobs: int):
 
 @flow(name="vocabridge-sweep")
 def sweep(key: str, values: list[str], workspace: str = ".", profile: str | None = None,
-          methods: list[str] | None = None, overrides: list[str] | None = None, targets: list[str] | None = None,
-          jobs: int = 0, estimate: bool = True) -> list[str]:
-    """An ablation: one DVC experiment per value of one param key (e.g. k of va-llm in 1, 5, 10, 20).
+          rows: list[str] | None = None, seeds: list[int] | None = None, overrides: list[str] | None = None,
+          targets: list[str] | None = None, jobs: int = 0, estimate: bool = True) -> list[str]:
+    """An ablation: one DVC experiment per value of one param key (e.g. `rows.va-llm.k` in 1, 5, 10, 20: only
+    va-llm's cells and the report run again in each; the rest is restored from DVC's run cache).
 
     The experiments run one after another: they share the DVC cache, and what does not depend on the key
     is restored from DVC's run cache instead of being computed again.
@@ -275,7 +281,7 @@ def sweep(key: str, values: list[str], workspace: str = ".", profile: str | None
     for value in values:
         short = key.rsplit(".", 1)[-1]
         tables.append(pipeline.with_options(flow_run_name=f"{short}={value}")(
-            workspace=workspace, profile=profile, methods=methods,
+            workspace=workspace, profile=profile, rows=rows, seeds=seeds,
             overrides=[*(overrides or []), f"{key}={value}"], targets=targets,
             experiment_name=f"{short}-{value}", jobs=jobs, estimate=estimate))
     return tables
@@ -285,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default=".")
     parser.add_argument("--profile", help="run with profiles/PROFILE.yaml applied, as an experiment")
-    parser.add_argument("--methods", nargs="+", help="only these methods (items of the foreach groups)")
+    parser.add_argument("--rows", nargs="+", metavar="ROW", help="only the cells of these rows (of params' rows)")
+    parser.add_argument("--seeds", nargs="+", type=int, metavar="SEED", help="only the cells of these seeds")
     parser.add_argument("-S", "--set-param", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="param override, as in `dvc exp run -S`; makes the run an experiment")
     parser.add_argument("--targets", nargs="+", help="stages (shell patterns) to run, with their upstream")
@@ -303,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             if len(swept) < 2:
                 raise FlowError("--sweep needs a key and at least one value")
             for table in sweep(key=swept[0], values=swept[1:], workspace=args["workspace"],
-                               profile=args["profile"], methods=args["methods"], overrides=args["overrides"],
-                               targets=args["targets"], jobs=args["jobs"], estimate=args["estimate"]):
+                               profile=args["profile"], rows=args["rows"], seeds=args["seeds"],
+                               overrides=args["overrides"], targets=args["targets"], jobs=args["jobs"],
+                               estimate=args["estimate"]):
                 print(table)
         else:
             print(pipeline(**args))

@@ -19,7 +19,7 @@ def flatten(data: object, prefix: str = "") -> dict[str, object]:
 
 
 def report_table(dag: Dag, workspace: Path) -> str | None:
-    """The first Markdown file among the outputs of a stage named `report` (the cross-method table)."""
+    """The first Markdown file among the outputs of a stage named `report` (the table over every row and seed)."""
     stage = dag.stages.get("report")
     if stage is None:
         return None

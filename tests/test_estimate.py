@@ -1,4 +1,5 @@
-"""`vocabridge estimate`: stage prices from measured figures, the flow's schedule replayed, a real measurement."""
+"""`vocabridge estimate`: stage prices from measured figures (a cell's stages by its row's method), the flow's
+schedule replayed, a real measurement."""
 
 import os
 import subprocess
@@ -9,18 +10,18 @@ import pytest
 import torch
 
 from flows.dag import Dag, Stage
-from flows.estimate import Estimate, format_estimate, simulate_flow
+from flows.estimate import DVC_OVERHEAD, Estimate, estimate_dag, format_estimate, simulate_flow, stage_seconds
 from vocabridge.config import Params, UpstreamModel, apply_profile, parse
+from vocabridge.errors import ConfigError
 from vocabridge.estimate import (
-    DVC_OVERHEAD,
     TYPICAL_PIECES,
     Machine,
     _batch,
     cbow_seconds,
     measure,
-    stage_seconds,
     typical_pieces,
 )
+from vocabridge.grid import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,26 +90,85 @@ def test_training_stages_cost_updates_and_dev_evaluations(tmp_path):
     params.finetune.train.dev_sentences = 200
     params.prepare.downstream.dev_size = 150  # fewer dev pairs than dev_sentences: all of them
     expected = start + 5 + 100 * 0.4 + 4 * (150 * 0.05 + 150 * 32 / params.finetune.train.batch_tokens * 0.4 / 3)
-    assert stage_seconds("finetune@in-domain", params, machine(), 1, tmp_path) == pytest.approx(expected)
-    assert stage_seconds("finetune@out-domain", params, machine(), 1, tmp_path) == pytest.approx(start + 1)
+    # a cell (DVC's matrix item ROW-SEED) is priced by its row's method, whatever its seed
+    assert stage_seconds("finetune@in-domain-1", params, machine(), 1, tmp_path) == pytest.approx(expected)
+    assert stage_seconds("finetune@in-domain-7", params, machine(), 1, tmp_path) == pytest.approx(expected)
+    assert stage_seconds("finetune@out-domain-1", params, machine(), 1, tmp_path) == pytest.approx(start + 1)
     params.prepare.downstream.test_size = 1000
     params.evaluate.upstream_sentences = 0
-    assert stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 60)
+    assert stage_seconds("evaluate@ft-srcv-2", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 60)
     params.evaluate.upstream_sentences = 500  # forgetting: 500 upstream sentences more, at the same price
-    assert stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 90)
+    assert stage_seconds("evaluate@ft-srcv-2", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 90)
+
+
+def grid_params(rows: dict, seeds: list[int], **more) -> Params:
+    return parse(Params, {"rows": rows, "seeds": seeds, **more}, "params")
+
+
+def test_the_grid_s_own_stages_are_priced_and_an_unknown_stage_is_an_error(tmp_path):
+    params = grid_params({"ft-srcv": {}, "fast-va": {"method": "va-llm", "k": 5}}, [1, 2, 3])
+    start = 3.0 + DVC_OVERHEAD
+    # a row of its own is priced by the method it names: va-llm fine-tunes like ft-srcv, both on the adapted vocabulary
+    assert stage_seconds("finetune@fast-va-3", params, machine(), 2, tmp_path) == pytest.approx(
+        stage_seconds("finetune@ft-srcv-1", params, machine(), 2, tmp_path))
+    assert stage_seconds("row@fast-va", params, machine(), 2, tmp_path) == pytest.approx(start + 3)  # hashes only
+    # the generator stage trains params' generators, each at its measured update
+    assert stage_seconds("generator", params, machine(), 2, tmp_path) == pytest.approx(start)
+    params.generators = ["patt-kd", "patt-kd-both"]
+    assert stage_seconds("generator", params, machine(), 2, tmp_path) == pytest.approx(
+        start + 2 * (10 + params.generator.train.steps * 0.2))
+    # the report reads every cell: 2 rows x 3 seeds
+    assert stage_seconds("report", params, machine(), 2, tmp_path) == pytest.approx(start + 5 + 2 * 6)
+    # back-translation runs when its upstream model is one of `upstreams` (not because of a row)
+    assert stage_seconds("backtranslate", params, machine(), 2, tmp_path) == pytest.approx(start + 2)
+    params.upstreams = {params.backtranslation.upstream: UpstreamModel(vocab="downstream", reverse=True)}
+    params.backtranslation.sentences = 100
+    assert stage_seconds("backtranslate", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 100 * 0.06)
+    with pytest.raises(ConfigError, match="no price for a 'toytrain' stage"):  # never a silent zero (issue 38)
+        stage_seconds("toytrain@alpha", params, machine(), 2, tmp_path)
+    with pytest.raises(ConfigError, match="no row 'va-llm' in params' rows"):
+        stage_seconds("transfer@va-llm-1", params, machine(), 2, tmp_path)
+    with pytest.raises(ConfigError, match="GROUP@ROW-SEED"):
+        stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path)
+
+
+def test_the_estimate_counts_the_grid_s_cells(tmp_path, monkeypatch):
+    import flows.estimate as fe
+
+    params = grid_params({"out-domain": {}, "ft-srcv": {}, "va-llm": {}}, [1, 2])
+    stages = {"pretrain": Stage("pretrain", all_cores=True)}
+    for row in params.rows:
+        stages[f"row@{row}"] = Stage(f"row@{row}", upstream=("pretrain",))
+        for seed in params.seeds:
+            cell = Cell(row, seed).name
+            stages[f"transfer@{cell}"] = Stage(f"transfer@{cell}", upstream=(f"row@{row}",))
+            stages[f"finetune@{cell}"] = Stage(f"finetune@{cell}", upstream=(f"transfer@{cell}",))
+            stages[f"evaluate@{cell}"] = Stage(f"evaluate@{cell}", upstream=(f"finetune@{cell}",))
+    stages["report"] = Stage("report", upstream=tuple(n for n in stages if n.startswith("evaluate@")))
+    monkeypatch.setattr(fe, "cached_measure", lambda *args, **kwargs: machine())
+    monkeypatch.setattr(fe, "machine_cores", lambda: 2)
+    est = estimate_dag(Dag(stages), params, tmp_path, jobs=2)
+    assert sorted(est.cells, key=str) == sorted((Cell(r, s) for r in params.rows for s in (1, 2)), key=str)
+    text = format_estimate(est, "grid")
+    assert "grid: 6 cells (3 rows x 2 seeds)" in text
+    assert "| transfer | 6 |" in text and "| finetune | 6 |" in text and "| row | 3 |" in text
+    assert "| report | 1 |" in text
+    one = estimate_dag(Dag(stages).select(rows=["va-llm"], seeds=[2]), params, tmp_path, jobs=2)
+    assert "grid: 1 cell (1 row x 1 seed)" in format_estimate(one, "grid")
 
 
 def test_a_stage_beside_others_takes_the_measured_slowdown(tmp_path):
     params = parse(Params, {}, "params")
     params.finetune.train.threads = 1  # one thread whatever the layout, as in params.yaml
-    alone = stage_seconds("finetune@va-llm", params, machine(), 2, tmp_path)  # 2 of 2 cores: nothing beside it
-    assert stage_seconds("finetune@va-llm", params, machine(), 1, tmp_path) == pytest.approx(alone)
+    params.rows = grid_params({"va-llm": {}}, [1]).rows
+    alone = stage_seconds("finetune@va-llm-1", params, machine(), 2, tmp_path)  # 2 of 2 cores: nothing beside it
+    assert stage_seconds("finetune@va-llm-1", params, machine(), 1, tmp_path) == pytest.approx(alone)
     crowded = machine()
     crowded.beside = 1.25
     start = crowded.startup + DVC_OVERHEAD
-    assert stage_seconds("finetune@va-llm", params, crowded, 1, tmp_path) == pytest.approx(
+    assert stage_seconds("finetune@va-llm-1", params, crowded, 1, tmp_path) == pytest.approx(
         start + (alone - start) * 1.25)
-    assert stage_seconds("finetune@va-llm", params, crowded, 2, tmp_path) == pytest.approx(alone)
+    assert stage_seconds("finetune@va-llm-1", params, crowded, 2, tmp_path) == pytest.approx(alone)
 
 
 def test_the_timed_batch_has_the_shape_of_a_real_one():
@@ -163,8 +223,12 @@ def test_the_command_prints_every_stage_group_and_both_totals(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "vocabridge.cli", "estimate", "--profile", "tiny"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for group in ("prepare", "spm", "pretrain", "generator", "transfer", "finetune", "evaluate", "report"):
+    for group in ("prepare", "spm", "pretrain", "generator", "row", "transfer", "finetune", "evaluate", "report"):
         assert f"| {group} |" in proc.stdout
+    params = parse(Params, apply_profile(ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml"), "params")
+    rows, seeds = len(params.rows), len(params.seeds)  # every cell of the tiny grid, each stage once per cell
+    assert f"grid: {rows * seeds} cells ({rows} rows x {seeds} seeds)" in proc.stdout
+    assert f"| finetune | {rows * seeds} |" in proc.stdout and f"| row | {rows} |" in proc.stdout
     assert "Prefect flow" in proc.stdout and "`dvc repro`" in proc.stdout and "native bf16" in proc.stdout
     bad = subprocess.run([sys.executable, "-m", "vocabridge.cli", "estimate", "--profile", "nope"], cwd=ROOT,
                          env=env, capture_output=True, text=True)

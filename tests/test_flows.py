@@ -29,7 +29,7 @@ from prefect.client.schemas.sorting import ArtifactSort  # noqa: E402
 from flows.dag import Dag, Stage, load_dag  # noqa: E402
 from flows.errors import FlowError, StageError  # noqa: E402
 from flows.pipeline import pipeline, sweep  # noqa: E402
-from tests.conftest import copy_project, copy_workspace, run  # noqa: E402
+from tests.conftest import ROOT, copy_project, copy_workspace, run  # noqa: E402
 from tests.flows_helpers import (  # noqa: E402
     add_flows,
     free_port,
@@ -40,6 +40,8 @@ from tests.flows_helpers import (  # noqa: E402
     stop,
     wait_healthy,
 )
+from vocabridge.grid import Cell  # noqa: E402
+from vocabridge.grid import cells as grid_cells  # noqa: E402
 
 e2e = pytest.mark.e2e
 FIRST = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch"]
@@ -100,14 +102,136 @@ def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
     assert dag.stages["toyreport"].upstream == ("toytrain@alpha", "toytrain@beta")
     assert "gpu" in dag.stages["toyreport"].tags and dag.stages["toyreport"].retries == 2
     assert "item:alpha" in dag.stages["toytrain@alpha"].tags and "gpu" not in dag.stages["toytrain@alpha"].tags
-    only_beta = dag.select(targets=["toyreport", "toytrain@*"], methods=["beta"])
-    assert "toytrain@beta" in only_beta.order and "toytrain@alpha" not in only_beta.order
-    assert "toyreport" not in only_beta.order  # it needs the dropped method
-    assert "prepare@upstream" in only_beta.order  # other foreach groups are not methods
-    with pytest.raises(FlowError, match="unknown method 'gamma'"):
-        dag.select(methods=["gamma"])
+    # the grid: a row@ROW per row of params, and each cell stage GROUP@ROW-SEED of DVC's matrix over rows x seeds
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    assert dag.rows == sorted(params["rows"])
+    cells = set(dag.cells().values())
+    assert cells == set(grid_cells(params["rows"], params["seeds"]))
+    for group in ("transfer", "finetune", "evaluate"):
+        assert {f"{group}@{c.name}" for c in cells} <= set(dag.order)
     with pytest.raises(FlowError, match="no stage in dvc.yaml matches 'nosuch'"):
         dag.select(targets=["nosuch"])
+
+
+def grid_dag(rows: list[str], seeds: list[int]) -> Dag:
+    """A hand-made DAG of the grid's shape: resources, row@ROW, each cell's transfer/finetune/evaluate, report."""
+    stages = {"prepare@upstream": Stage("prepare@upstream"), "pretrain": Stage("pretrain", ("prepare@upstream",)),
+              "upstream@joint-2": Stage("upstream@joint-2", ("prepare@upstream",)),  # not a row: never a cell
+              "generator": Stage("generator", ("pretrain",))}
+    for row in rows:
+        stages[f"row@{row}"] = Stage(f"row@{row}", ("generator", "pretrain", "upstream@joint-2"))
+        for seed in seeds:
+            cell = Cell(row, seed).name
+            stages[f"transfer@{cell}"] = Stage(f"transfer@{cell}", (f"row@{row}",))
+            stages[f"finetune@{cell}"] = Stage(f"finetune@{cell}", (f"transfer@{cell}",))
+            stages[f"evaluate@{cell}"] = Stage(f"evaluate@{cell}", (f"finetune@{cell}",))
+    stages["report"] = Stage("report", tuple(n for n in stages if n.startswith("evaluate@")))
+    return Dag(stages)
+
+
+def test_rows_and_seeds_select_the_grid_s_cells():
+    dag = grid_dag(["ft-tgtv-random", "va-llm", "ft-srcv"], [1, 2, 3])
+    assert dag.rows == ["ft-srcv", "ft-tgtv-random", "va-llm"] and len(dag.cells()) == 27
+    assert dag.cells()["finetune@ft-tgtv-random-3"] == Cell("ft-tgtv-random", 3)  # the seed follows the last '-'
+    shared = {"prepare@upstream", "pretrain", "upstream@joint-2", "generator"}
+
+    def cells_of(selected: Dag) -> set[str]:
+        return {n.split("@", 1)[1] for n in selected.order if n.startswith(("transfer@", "finetune@", "evaluate@"))}
+
+    two_rows = dag.select(rows=["va-llm", "ft-srcv"])
+    assert cells_of(two_rows) == {f"{r}-{s}" for r in ("va-llm", "ft-srcv") for s in (1, 2, 3)}
+    assert set(two_rows.order) - set(dag.stages) == set() and shared <= set(two_rows.order)
+    assert {"row@va-llm", "row@ft-srcv"} <= set(two_rows.order) and "row@ft-tgtv-random" not in two_rows.order
+    assert "report" not in two_rows.order  # it needs the dropped cells
+    two_seeds = dag.select(seeds=[1, 2])
+    assert cells_of(two_seeds) == {f"{r}-{s}" for r in dag.rows for s in (1, 2)}
+    assert {f"row@{r}" for r in dag.rows} <= set(two_seeds.order) and "report" not in two_seeds.order
+    both = dag.select(rows=["va-llm"], seeds=[3])
+    assert cells_of(both) == {"va-llm-3"} and set(both.order) == shared | {
+        "row@va-llm", "transfer@va-llm-3", "finetune@va-llm-3", "evaluate@va-llm-3"}
+    assert dag.select(rows=list(dag.rows), seeds=[1, 2, 3]).order == dag.order  # everything: the report stays
+    targeted = dag.select(targets=["transfer@*"], rows=["ft-srcv"])
+    assert cells_of(targeted) == {"ft-srcv-1", "ft-srcv-2", "ft-srcv-3"}
+    assert not any(n.startswith(("finetune@", "evaluate@")) for n in targeted.order)
+    with pytest.raises(FlowError, match=r"unknown row 'fvt' \(rows in dvc.yaml: ft-srcv, ft-tgtv-random, va-llm\)"):
+        dag.select(rows=["fvt"])
+    with pytest.raises(FlowError, match=r"unknown seed 4 \(seeds in dvc.yaml: 1, 2, 3\)"):
+        dag.select(seeds=[4])
+
+
+TOY_GRID = {"stages": {
+    "row": {"foreach": "${rows}", "do": {"cmd": "echo ${key} > data/rows/${key}.txt",
+                                         "outs": ["data/rows/${key}.txt"]}},
+    "toycell": {"matrix": {"row": "${rows}", "seed": "${seeds}"},
+                "cmd": "echo ${item.row} ${item.seed} > data/cells/${item.row}-${item.seed}.txt",
+                "deps": ["data/rows/${item.row}.txt"], "params": ["rows.${item.row}"],
+                "outs": ["data/cells/${item.row}-${item.seed}.txt"]},
+    "toyreport": {"cmd": "cat data/cells/* > data/report.txt", "deps": ["data/cells"], "outs": ["data/report.txt"]}}}
+
+
+def test_dvc_s_matrix_over_rows_and_seeds_names_each_cell_row_dash_seed(tmp_path):
+    """dvc.yaml's matrix over params' `rows` (a mapping: its keys) and `seeds` makes stages GROUP@ROW-SEED, the
+    names Cell.name gives and Dag.select reads."""
+    run(["dvc", "init", "--no-scm", "-q"], tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"rows": {"in-domain": {}, "va-llm": {"k": 5}},
+                                                           "seeds": [1, 3]}))
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(TOY_GRID, sort_keys=False))
+    dag = load_dag(tmp_path)
+    assert dag.rows == ["in-domain", "va-llm"]
+    assert sorted(dag.cells()) == ["toycell@in-domain-1", "toycell@in-domain-3", "toycell@va-llm-1",
+                                   "toycell@va-llm-3"]
+    assert dag.stages["toycell@va-llm-3"].upstream == ("row@va-llm",)
+    assert set(dag.stages["toyreport"].upstream) == set(dag.cells())  # the report reads the cells folder
+    only = dag.select(rows=["va-llm"], seeds=[3])
+    assert only.order == ["row@va-llm", "toycell@va-llm-3"]
+
+
+def test_overrides_change_one_row_s_knob_or_the_seeds(tmp_path):
+    """`-S rows.ROW.KNOB=V` sets that row's knob, written out or not (a profile's `va-llm: {}`), and nothing else;
+    `-S seeds=[...]` the seeds; a row or knob that does not exist is an error that says so."""
+    from flows.experiment import apply_overrides
+
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"rows": {"ft-srcv": {}, "va-llm": {}, "va-llm-low": {"method": "va-llm",
+                                      "k": 10}}, "seeds": [1, 2], "spm": {"vocab_size": 8000}}, sort_keys=False))
+    apply_overrides(tmp_path, ["rows.va-llm.k=5", "rows.va-llm-low.k=20", "seeds=[1,2,3]"])
+    data = yaml.safe_load(params.read_text())
+    assert data["rows"] == {"ft-srcv": {}, "va-llm": {"k": 5}, "va-llm-low": {"method": "va-llm", "k": 20}}
+    assert data["seeds"] == [1, 2, 3] and data["spm"] == {"vocab_size": 8000}
+    with pytest.raises(FlowError, match=r"override 'rows.fvt.k=3'.*no row 'fvt' in params.yaml: `\+rows.fvt=\{\}`"):
+        apply_overrides(tmp_path, ["rows.fvt.k=3"])
+    with pytest.raises(FlowError, match=r"override 'rows.va-llm.kk=3'.*a row has no knob 'kk'"):
+        apply_overrides(tmp_path, ["rows.va-llm.kk=3"])
+    apply_overrides(tmp_path, ["+rows.fvt={}"])  # a new row, as DVC adds a key
+    assert yaml.safe_load(params.read_text())["rows"]["fvt"] == {}
+
+
+def test_the_cli_and_the_deployments_select_by_rows_and_seeds(monkeypatch):
+    """`--rows`/`--seeds` reach the flow as `rows`/`seeds`, and every parameter a deployment of prefect.yaml sets
+    is one its flow takes (no `methods` left over)."""
+    import inspect
+
+    import flows.pipeline as fp
+    from vocabridge.config import flatten
+
+    calls = []
+    monkeypatch.setattr(fp, "pipeline", lambda **kwargs: calls.append(("pipeline", kwargs)) or "table")
+    monkeypatch.setattr(fp, "sweep", lambda **kwargs: calls.append(("sweep", kwargs)) or ["t1"])
+    assert fp.main(["--rows", "va-llm", "ft-srcv", "--seeds", "1", "2", "--no-estimate"]) == 0
+    assert fp.main(["--sweep", "rows.va-llm.k", "1", "5", "--rows", "va-llm", "--seeds", "1"]) == 0
+    (_, run_args), (_, sweep_args) = calls
+    assert run_args["rows"] == ["va-llm", "ft-srcv"] and run_args["seeds"] == [1, 2] and not run_args["estimate"]
+    assert sweep_args["key"] == "rows.va-llm.k" and sweep_args["values"] == ["1", "5"]
+    assert sweep_args["rows"] == ["va-llm"] and sweep_args["seeds"] == [1]
+    flows = {"flows/pipeline.py:pipeline": pipeline, "flows/pipeline.py:sweep": sweep}
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    for deployment in spec["deployments"]:
+        flow_fn = flows.get(deployment["entrypoint"])
+        if flow_fn is not None:
+            assert set(deployment.get("parameters", {})) <= set(inspect.signature(flow_fn.fn).parameters), deployment
+    deployments = {d["name"]: d for d in spec["deployments"]}
+    assert deployments["one-row"]["parameters"]["rows"] == ["ft-srcv"]
+    assert deployments["ablation"]["parameters"]["key"] in flatten(yaml.safe_load((ROOT / "params.yaml").read_text()))
 
 
 # The flow on the tiny profile's workspace (Prefect's ephemeral mode): the session's run of the whole DAG.
@@ -146,7 +270,7 @@ def test_flow_runs_every_stage_through_dvc_in_dependency_order(tiny_flow):
     # DVC processes overlap as well depends on Prefect's thread start-up on a loaded machine: the tiny
     # prepare stages last about 2 s.)
     assert up.expected_start_time < down.end_time and down.expected_start_time < up.end_time
-    # two at a time on two cores: over 46 stages, some ran side by side (one at a time, none would)
+    # two at a time on two cores: over the tiny grid's stages, some ran side by side (one at a time, none would)
     assert overlapping(tasks), "no two stages ran at once"
 
 
@@ -288,9 +412,9 @@ def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_
 def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_path, download_cache, tiny_project):
     """`prefect deploy` from prefect.yaml; the `full` deployment runs on a cpu pool and sends spm@* to the
     `gpu` pool, whose worker runs each in its own clone with data through a local-folder DVC remote; then the
-    `ablation` deployment sweeps va-llm's k over 1 and 20 on the tiny profile (up to transfer@va-llm), one
-    DVC experiment each, restoring what k does not change (the pretrained model, CBOW) from DVC's run cache,
-    which holds the session's tiny run."""
+    `ablation` deployment sweeps va-llm's k over 1 and 20 on the tiny profile (up to transfer@va-llm-SEED of its
+    first seed), one DVC experiment each, restoring what k does not change (the pretrained model, CBOW) from DVC's
+    run cache, which holds the session's tiny run."""
     import shutil
 
     from prefect.client.orchestration import get_client
@@ -334,7 +458,9 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
         assert run(["git", "commit", "-qm", "before the sweep"], project).returncode == 0
         # DVC's cache and run cache as a machine that ran the tiny DAG before has them: nothing is pretrained again
         shutil.copytree(tiny_project / ".dvc/cache", project / ".dvc/cache", dirs_exist_ok=True)
-        sweep_params = {"methods": ["va-llm"], "values": ["1", "20"], "targets": ["transfer@va-llm"], "estimate": False}
+        seed = yaml.safe_load((project / "params.yaml").read_text())["seeds"][0]
+        sweep_params = {"rows": ["va-llm"], "seeds": [seed], "values": ["1", "20"],
+                        "targets": [f"transfer@va-llm-{seed}"], "estimate": False}
         proc = prefect_cli(["deployment", "run", "vocabridge-sweep/ablation", "--params", json.dumps(sweep_params),
                             "--watch", "--watch-interval", "2", "--watch-timeout", "1800"], project, env, timeout=1830)
         logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("*.log"))
@@ -345,7 +471,7 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
     finally:
         for proc in reversed(procs):
             stop(proc)
-    assert deployments == {"full", "one-method", "ablation", "gpu"}
+    assert deployments == {"full", "one-row", "ablation", "gpu"}
     assert sorted(r.name for r in stage_runs) == ["spm@downstream", "spm@upstream"]
     assert all(r.state_type == "COMPLETED" for r in stage_runs)
     outcomes = stage_table(report)
@@ -356,12 +482,14 @@ def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_
     shown = json.loads(run(["dvc", "exp", "show", "--json"], project).stdout)
     experiments = {e["name"]: e for base in shown for e in (base.get("experiments") or [])}
     assert {"k-1", "k-20"} <= set(experiments), sorted(experiments)
-    ks = {name: exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["transfer"]["va-llm"]["k"]
+    ks = {name: exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["rows"]["va-llm"]["k"]
           for name, exp in experiments.items() if name.startswith("k-")}
     assert ks == {"k-1": 1, "k-20": 20}
-    for table in swept:  # each experiment computed only what k changes
+    for table in swept:  # each experiment computed only what k changes: va-llm's row and its cell
         outcomes = stage_table(table)
-        assert outcomes["transfer@va-llm"] == "ran" and outcomes["pretrain"] == outcomes["cbow"] == "restored"
+        assert outcomes[f"transfer@va-llm-{seed}"] == outcomes["row@va-llm"] == "ran"
+        assert outcomes["pretrain"] == outcomes["cbow"] == "restored"
+        assert set(outcomes) == {*load_dag(project).select([f"transfer@va-llm-{seed}"], ["va-llm"], [seed]).order}
 
 
 def test_a_dvc_lock_emptied_by_a_killed_run_is_restored_from_the_last_readable_copy(tmp_path):

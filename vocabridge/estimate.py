@@ -3,12 +3,10 @@
 `measure` times what dominates the pipeline on this CPU or GPU, in under a minute: a few training updates of
 the profile's models at its batch sizes (pretraining, fine-tuning, the generator's frozen-model updates) at
 one thread and at every core, greedy decoding (dev BLEU during training) and beam decoding with the
-evaluate stage's decoder, and the start-up of a stage's Python process. `stage_seconds` turns those into
-the expected wall time of one stage; flows/estimate.py adds them up over dvc.yaml's DAG, one stage at a time
-as `dvc repro` runs them and side by side as the Prefect flow runs them.
-
-The short stages (downloads, SentencePiece, CBOW, report) are not timed: they take fixed figures measured on
-the default profile (a few minutes in all), scaled by the sizes in params.yaml.
+evaluate stage's decoder, and the start-up of a stage's Python process. `training_seconds` and its kin turn
+those into the expected wall time of a piece of work (a training run with its dev evaluations, CBOW); the
+pipeline's stages are priced from them in flows/estimate.py, beside the DAG it lays them over (the library knows
+no stage), one stage at a time as `dvc repro` runs them and side by side as the Prefect flow runs them.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from vocabridge.config import AbnetModel, Arch, Params, Training
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
 from vocabridge.nmt.train import adam, apply_gradients, threads_of, training_loss
-from vocabridge.transfer import generators_needed, get_method, knobs_for
 
 # Mean pieces per training segment (source, target) when the corpora are not prepared yet: the default corpora
 # with their 8k SentencePiece vocabularies (IT strings are short, verses long).
@@ -45,7 +42,6 @@ SOURCE_MEAN_OVER_LONGEST = 0.87
 BUDGET_FILL = 0.97
 UPSTREAM_LINES = 283_000  # the default upstream corpus (Debian gettext catalogues, LibreOffice help)
 LATENCY_COST = 3.0  # evaluate.latency_sentences: a sentence decoded alone, in sentences of a batch (assumed)
-DVC_OVERHEAD = 2.5  # seconds `dvc repro --single-item` adds around a stage's command (hashing, lock)
 WARMUP_UPDATES = 2
 MEASUREMENT_LAYOUT = "4"  # bumped when what `measure` times changes (4: AB-Net-Enc, test decoding): older
 #                            cached figures are not reused
@@ -430,7 +426,7 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
             ("finetune-downstream", params.finetune.train, "downstream", down, thread_counts, False)]
     timed: dict[tuple, tuple[float, str]] = {}  # the same work is timed once (equal vocabularies, batches)
     for kind, cfg, vocab_domain, pieces, counts, frozen in jobs:
-        if kind == "generator" and not generators_needed(params.methods, params.transfer):
+        if kind == "generator" and not params.generators:
             continue
         if kind == "pretrain" and params.pretrain.external_model:
             continue
@@ -488,7 +484,7 @@ def measurement_key(params: Params, cores: int) -> str:
              json.dumps([dataclasses.asdict(params.spm), dataclasses.asdict(params.evaluate),
                          dataclasses.asdict(params.pretrain.train), dataclasses.asdict(params.finetune.train),
                          dataclasses.asdict(params.generator.train), params.compute.device,
-                         generators_needed(params.methods, params.transfer), dataclasses.asdict(params.plm),
+                         sorted(params.generators), dataclasses.asdict(params.plm),
                          dataclasses.asdict(params.abnet), {k: dataclasses.asdict(v) for k, v in params.abnets.items()},
                          {code: dataclasses.asdict(spec) for code, spec in params.plms.items()}],
                         sort_keys=True, default=str)]
@@ -509,7 +505,7 @@ def cached_measure(params: Params, cores: int | None = None, fresh: bool = False
         return Machine.from_json(cached("estimate", key, fresh_entry, fresh=True))
 
 
-def _at(table: dict[int, float], threads: int) -> float:
+def at(table: dict[int, float], threads: int) -> float:
     """A measured figure at `threads`, or the nearest thread count measured."""
     if threads in table:
         return table[threads]
@@ -522,129 +518,29 @@ def cbow_seconds(pieces: float, epochs: int) -> float:
     return 7 * epochs * pieces / (50000 * 32)
 
 
-def _count_lines(path: Path, default: int) -> int:
+def count_lines(path: Path, default: int) -> int:
+    """The lines of a prepared file, or `default` where it is not prepared yet."""
     if path.is_file():
         with path.open("rb") as handle:
             return sum(1 for _ in handle)
     return default
 
 
-def _training(machine: Machine, kind: str, greedy_domain: str, cfg: Training, threads: int,
-              dev_sentences: int) -> float:
+def training_seconds(machine: Machine, kind: str, greedy_domain: str, cfg: Training, threads: int,
+                     dev_sentences: int) -> float:
+    """A training run of `cfg.max_updates` measured `kind` updates with its dev evaluations (greedy BLEU, loss)."""
     evals = cfg.max_updates // max(cfg.eval_every, 1) + 2  # update 0 and the last update
     sentences = min(cfg.dev_sentences, dev_sentences)
-    update = _at(machine.train[kind], threads)
+    update = at(machine.train[kind], threads)
     # each evaluation: greedy dev BLEU, and dev loss (a forward pass, about a third of an update, per batch)
     loss_batches = sentences * TYPICAL_PIECES[greedy_domain][1] / max(cfg.batch_tokens, 1)
     return (cfg.max_updates * update
-            + evals * (sentences * _at(machine.greedy[greedy_domain], threads) + loss_batches * update / 3))
+            + evals * (sentences * at(machine.greedy[greedy_domain], threads) + loss_batches * update / 3))
 
 
-def _abnet_training(machine: Machine, kind: str, cfg: Training, threads: int, dev_sentences: int) -> float:
+def abnet_training_seconds(machine: Machine, kind: str, cfg: Training, threads: int, dev_sentences: int) -> float:
+    """An AB-Net family training run (`abnet_kind`) with its dev decoding at each evaluation."""
     evals = cfg.max_updates // max(cfg.eval_every, 1) + 2
-    update = _at(machine.train[kind], threads)
+    update = at(machine.train[kind], threads)
     sentences = min(cfg.dev_sentences, dev_sentences)
-    return cfg.max_updates * update + evals * sentences * (_at(machine.greedy[kind], threads) + update / 10)
-
-
-def stage_seconds(stage: str, params: Params, machine: Machine, threads: int, root: Path = Path(".")) -> float:
-    """Expected wall time of one DVC stage (`pretrain`, `finetune@va-llm`) at `threads` torch threads.
-
-    Fewer threads than cores means the stage shares the machine (the flow's layout): its work then takes
-    `machine.beside` times as long."""
-    start = machine.startup + DVC_OVERHEAD
-    alone = _stage_alone(stage, params, machine, threads, root, start)
-    if threads < machine.cpu.get("cores", threads):
-        return start + (alone - start) * machine.beside
-    return alone
-
-
-def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, root: Path, start: float) -> float:
-    group, _, item = stage.partition("@")
-    corpora = root / "data" / "corpora"
-    down_dev = _count_lines(corpora / "downstream" / f"dev.{params.lang.src}", params.prepare.downstream.dev_size)
-    up_dev = _count_lines(corpora / "upstream" / f"dev.{params.lang.src}", params.prepare.upstream.dev_size)
-    bible = params.prepare.downstream.bible
-    mono = bible.mono_size or 40000  # all of the Bible's other translations: about 40k lines per language
-    size = (bible.train_size or 30000) + mono  # CBOW and SentencePiece text, against 10k + 40k in the default
-    if group == "prepare":
-        if item == "upstream":
-            debian = params.prepare.upstream.debian
-            return start + 3 + 0.25 * len(debian.packages) + (25 if debian.libreoffice_help else 0)
-        return start + 6
-    if group == "spm":
-        return start + 3 + 10 * size / 50000
-    if group == "mismatch":
-        return start + 1
-    if group == "cbow":
-        return start + 2 + cbow_seconds(size * TYPICAL_PIECES["downstream"][1], params.cbow.epochs)
-    if group in ("pretrain", "upstream"):  # upstream@NAME: the same recipe (a joint vocabulary: + its spm training)
-        if params.pretrain.external_model:
-            return start + 5
-        cfg = params.pretrain.train
-        init = 0.0
-        spec = params.upstreams.get(item or "")
-        if spec is not None and spec.vocab == "joint":
-            init += 2 * (3 + 10 * UPSTREAM_LINES / 50000)
-        if params.pretrain.init == "cbow":  # CBOW on the upstream text first, both languages
-            lines = _count_lines(corpora / "upstream" / f"train.{params.lang.src}", UPSTREAM_LINES)
-            init = cbow_seconds(lines * sum(TYPICAL_PIECES["upstream"]) / 2, params.pretrain.cbow.epochs)
-        return start + 10 + init + _training(machine, "pretrain", "upstream", cfg, cfg.threads or threads, up_dev)
-    if group == "abnet":  # conditional masked-LM updates, Mask-Predict dev BLEU at each evaluation
-        spec = params.abnets[item]
-        if not spec.upstream:
-            return start + 10
-        return start + 10 + _abnet_training(machine, abnet_kind(spec), params.abnet.train, threads, up_dev)
-    if group in ("transfer", "finetune", "evaluate") and get_method(item, params.transfer).family == "abnet":
-        kind = abnet_kind(params.abnets.get(knobs_for(item, params.transfer).upstream))
-        decode = _at(machine.greedy[kind], threads)
-        if group == "transfer":
-            return start + 8 + params.diagnostics.dev_sentences * decode
-        if group == "finetune":
-            cfg = params.abnet.finetune
-            return start + 5 + _abnet_training(machine, kind, cfg, cfg.threads or threads, down_dev)
-        test = _count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
-        up_test = _count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
-        sentences = test + min(params.evaluate.upstream_sentences, up_test) + LATENCY_COST * min(
-            params.evaluate.latency_sentences, test)
-        return start + 4 + sentences * _at(machine.greedy.get(f"{kind}-test", machine.greedy[kind]), threads)
-    if group == "generator":
-        variants = generators_needed(params.methods, params.transfer)
-        per = params.generator.train.steps * _at(machine.train.get("generator", {0: 0.0}), threads)
-        return start + len(variants) * (10 + per)
-    if group == "transfer":
-        return start + 8 + params.diagnostics.dev_sentences * 2 * _at(machine.greedy["downstream"], threads)
-    if group == "finetune":
-        method = get_method(item, params.transfer)
-        if not method.finetune:
-            return start + 1
-        kind = "finetune-upstream" if method.vocabulary == "upstream" else "finetune-downstream"
-        cfg = params.finetune.train
-        return start + 5 + _training(machine, kind, "downstream", cfg, cfg.threads or threads, down_dev)
-    if group == "evaluate":  # the downstream test set, and the upstream one's first sentences (forgetting)
-        test = _count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
-        up_test = _count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
-        upstream = min(params.evaluate.upstream_sentences, up_test)
-        latency = LATENCY_COST * min(params.evaluate.latency_sentences, test)
-        return start + 4 + (test + upstream + latency) * _at(machine.beam, threads)
-    if group == "backtranslate":  # the monolingual text through the backward model, when a row asks for it
-        if not any(knobs_for(m, params.transfer).backtranslated for m in params.methods):
-            return start + 2
-        lines = _count_lines(corpora / "downstream" / f"mono.{params.lang.tgt}", mono)
-        lines = min(lines, params.backtranslation.sentences or lines)
-        return start + 4 + lines * _at(machine.beam, threads)
-    if group == "plm":  # a unigram vocabulary, then masked-LM updates; a held-out pass (a third of an update per
-        #                  batch) at every evaluation
-        spec = params.plms[item]
-        if spec.model:
-            return start + 5
-        cfg = params.plm.train
-        lines = _count_lines(corpora / "upstream" / f"train.{item}", UPSTREAM_LINES) + size
-        held_out = min(cfg.held_out_sentences, down_dev)
-        evals = cfg.max_updates // max(cfg.eval_every, 1) + 1
-        update = _at(machine.train["plm"], threads)
-        return (start + 5 + 10 * lines / 50000 + cfg.max_updates * update
-                + evals * held_out / max(cfg.batch_sentences, 1) * update / 3)
-    if group == "report":
-        return start + 5 + 2 * len(params.methods)
-    return start
+    return cfg.max_updates * update + evals * sentences * (at(machine.greedy[kind], threads) + update / 10)
