@@ -8,7 +8,7 @@
 Trains one generator variant of params.yaml (`generator.variants`) on the pipeline's upstream corpus exactly as
 the generator stage does (same batches, re-segmentation and learning rate; run `dvc repro cbow` first so that
 the pretrained model and the downstream vocabularies exist), and at each step count of `--steps` builds the
-patt-eg-kd style initial model (decoder side generated, `transfer` knobs of the matching method) and measures
+patt-eg-kd style initial model (decoder side generated, the `rows` knobs of the matching method) and measures
 its zero-shot greedy dev BLEU and dev perplexity on the first `diagnostics.dev_sentences` dev verses, the
 diagnostics the transfer stage reports. Step 0 is the untrained generator (equal weights: avg-eg). Prints one
 row per step count: training seconds so far, target tokens/s, loss, zero-shot BLEU and perplexity. The generator
@@ -83,7 +83,7 @@ def main() -> None:
     res = Resources(pretrained=pretrained,
                     downstream_spm={r: data_dir / "spm/downstream" / f"{c}.model"
                                     for r, c in (("src", lang.src), ("tgt", lang.tgt))},
-                    seed=params.finetune.train.seed, knobs=knobs_for(method, params.transfer),
+                    seed=params.seeds[0], knobs=knobs_for(method, params.rows),
                     diagnostics=params.diagnostics)
     down = data_dir / "corpora/downstream"
     n = params.diagnostics.dev_sentences

@@ -4,15 +4,53 @@ import pytest
 
 from tests.conftest import ROOT
 from vocabridge.cli import set_profile
-from vocabridge.config import Params, apply_profile, flatten, load_params, parse
+from vocabridge.config import Params, apply_profile, flatten, load_params, parse, validate
 from vocabridge.errors import ConfigError
 
 
 def test_repository_params_and_profiles_are_valid():
+    """params.yaml and every profile are grids: each row's knobs resolve, `generators` lists exactly the trained
+    generators the rows use, a backtranslated row has its backward model, and no row is a seed copy (ROW+sN)."""
+    from vocabridge.transfer import generators_needed, knobs_for
+
     params = load_params(ROOT / "params.yaml")
     assert params.lang.src == "de" and params.prepare.upstream.debian.packages
-    for profile in (ROOT / "profiles").glob("*.yaml"):
-        apply_profile(ROOT / "params.yaml", profile)
+    for profile in [ROOT / "params.yaml", *sorted((ROOT / "profiles").glob("*.yaml"))]:
+        grid = validate(parse(Params, apply_profile(ROOT / "params.yaml", profile), "params"))
+        knobs = {row: knobs_for(row, grid.rows) for row in grid.rows}
+        assert sorted(grid.generators) == generators_needed(grid.rows), profile.name
+        assert all("+" not in row for row in grid.rows), profile.name
+        if any(k.backtranslated for k in knobs.values()):
+            assert grid.upstreams[grid.backtranslation.upstream].reverse, profile.name
+
+
+def test_a_profile_replaces_the_rows_whole_and_merges_the_rest(tmp_path):
+    params, profiles = tmp_path / "params.yaml", tmp_path / "profiles"
+    params.write_text("rows:\n  ft-srcv: {}\n  va-llm: {k: 5}\nseeds: [1, 2, 3]\nfinetune:\n  train_pairs: 2000\n"
+                      "  train: {max_updates: 350}\n")
+    profiles.mkdir()
+    (profiles / "two.yaml").write_text("rows:\n  va-llm: {reg: 0.0}\n  fwet: {}\nseeds: [4]\n"
+                                       "finetune: {train: {max_updates: 100}}\n")
+    merged = apply_profile(params, profiles / "two.yaml")
+    assert merged["rows"] == {"va-llm": {"reg": 0.0}, "fwet": {}} and merged["seeds"] == [4]
+    assert merged["finetune"] == {"train_pairs": 2000, "train": {"max_updates": 100}}
+    set_profile("two", params, profiles)
+    grid = load_params(params)
+    assert list(grid.rows) == ["va-llm", "fwet"] and grid.rows["va-llm"].k is None and grid.seeds == [4]
+    assert grid.finetune.train_pairs == 2000 and grid.finetune.train.max_updates == 100
+
+
+def test_rows_and_seeds_are_checked(tmp_path):
+    path = tmp_path / "params.yaml"
+    for text, message in (("rows: {}", "rows: the grid needs at least one row"),
+                          ("rows:\n  va-llm+s2: {method: va-llm}", "rows.va-llm+s2: a row name of letters"),
+                          ("rows:\n  va-llm: {seed: 2}", "unknown key 'seed'"),
+                          ("seeds: []", "seeds: a list of distinct seeds"),
+                          ("seeds: [1, 1]", "seeds: a list of distinct seeds"),
+                          ("seeds: [-1]", "seeds: a list of distinct seeds")):
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_params(path)
 
 
 def test_unknown_key_is_named_with_its_path(tmp_path):
@@ -29,7 +67,6 @@ def test_wrong_types_and_choices_are_named():
     with pytest.raises(ConfigError, match=r"params.prepare.cleaning.placeholders: 'maybe' is not one of"):
         parse(Params, {"prepare": {"cleaning": {"placeholders": "maybe"}}}, "params")
     with pytest.raises(ConfigError, match=r"lang.src/lang.tgt must be 'de' and 'en'"):
-        from vocabridge.config import validate
         validate(parse(Params, {"lang": {"src": "fr", "tgt": "en"}}, "params"))
 
 
@@ -97,10 +134,10 @@ def test_upstream_models_are_checked(tmp_path):
 def test_backtranslation_and_mixing_keys_are_checked(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text("upstreams:\n  backward: {reverse: true}\n  mdl: {vocab: joint, mix_downstream: true}\n"
-                    "transfer:\n  va-llm+bt: {method: va-llm, backtranslated: true}\n")
+                    "rows:\n  va-llm-bt: {method: va-llm, backtranslated: true}\n")
     params = load_params(path)
     assert params.upstreams["backward"].reverse and params.upstreams["mdl"].mix_downstream
-    assert params.transfer["va-llm+bt"].backtranslated and params.backtranslation.upstream == "backward"
+    assert params.rows["va-llm-bt"].backtranslated and params.backtranslation.upstream == "backward"
     for text, message in (("backtranslation: {sentences: -1}", "backtranslation.sentences: must be >= 0"),
                           ("backtranslation: {beems: 2}", "backtranslation"),
                           ("upstreams:\n  backward: {reverse: maybe}", "upstreams.backward.reverse")):
@@ -110,7 +147,7 @@ def test_backtranslation_and_mixing_keys_are_checked(tmp_path):
 
 
 def test_a_sponsored_model_sets_its_own_terms_over_abnet_sponsored():
-    from vocabridge.config import sponsored_settings, validate
+    from vocabridge.config import sponsored_settings
 
     data = {"plms": {"de": {}, "en": {}}, "abnet": {"sponsored": {"alpha": 0.8}},
             "abnets": {"plm-nmt": {"decoder": "coordinator"},

@@ -87,7 +87,7 @@ def test_random_rows_and_wrong_rows_are_refused_clearly(tokenizer, downstream_sp
     from vocabridge.plm.vocabulary import adapt_plm_decoder
     from vocabridge.transfer import METHODS, Resources, knobs_for
 
-    rows = {"plm-nmt-random": TransferMethod(method="plm-nmt", target_vocabulary="ft-tgtv-random", seed=3)}
+    rows = {"plm-nmt-random": TransferMethod(method="plm-nmt", target_vocabulary="ft-tgtv-random")}
     knobs = knobs_for("plm-nmt-random", rows)
     plm = model(tokenizer)
     res = Resources(pretrained=downstream_spm.parent, downstream_spm={"tgt": downstream_spm}, knobs=knobs, seed=3)
@@ -97,5 +97,5 @@ def test_random_rows_and_wrong_rows_are_refused_clearly(tokenizer, downstream_sp
     for row, expected in ((TransferMethod(method="plm-nmt", target_vocabulary="patt-eg-kd"), "not an initialiser"),
                           (TransferMethod(method="abnet", target_vocabulary="fwet"), "only for PLM-sponsored rows"),
                           (TransferMethod(method="va-llm", target_vocabulary="fwet"), "only for PLM-sponsored rows")):
-        with pytest.raises(ConfigError, match=rf"transfer.x.target_vocabulary: .*{expected}"):
+        with pytest.raises(ConfigError, match=rf"rows.x.target_vocabulary: .*{expected}"):
             knobs_for("x", {"x": row})
