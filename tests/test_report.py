@@ -9,7 +9,6 @@ import pytest
 
 from vocabridge.report import (
     build_table,
-    comparisons_table,
     curve_summary,
     group_curves,
     learning_curves_plot,
@@ -28,16 +27,12 @@ def test_area_under_the_curve_and_updates_to_threshold():
         "dev_bleu_auc": None, "updates_to_threshold": None}  # a model that is not fine-tuned has no curve
 
 
-def test_comparisons_and_rank_correlations():
-    tests = {"a": {"a": {"p_value": None}, "b": {"p_value": 0.01}},
-             "b": {"a": {"p_value": 0.01}, "b": {"p_value": None}}}
-    table = comparisons_table(tests, {"a": 10.0, "b": 12.5})
-    assert table.to_dict("records") == [{"method": "b", "against": "a", "delta_bleu": 2.5, "p_value": 0.01},
-                                        {"method": "a", "against": "b", "delta_bleu": -2.5, "p_value": 0.01}]
+def test_rank_correlations():
     rows = [{"method": m, "bleu": b, "zero_shot_dev_ppl": p, "zero_shot_dev_bleu": 0.0, "loo_cos_src": c,
              "loo_cos_tgt": None} for m, b, p, c in
             [("x", 10, 900.0, 0.1), ("y", 12, 500.0, 0.3), ("z", 15, 100.0, 0.2), ("w", 1, 1.0, 0.9)]]
     full = build_table(rows, "x")
+    assert full.loc[full["method"] == "z", "delta_bleu"].item() == 5
     corr = rank_correlations(full, ["x", "y", "z"]).set_index("diagnostic")  # w uses another vocabulary
     assert corr.loc["zero_shot_dev_ppl", "spearman_with_bleu"] == pytest.approx(-1.0)
     assert corr.loc["loo_cos_src", "spearman_with_bleu"] == pytest.approx(0.5)
@@ -59,37 +54,49 @@ def test_learning_curves_of_seeds_are_averaged_and_plotted(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 5000
 
 
-def test_seed_replicas_are_grouped_and_compared_over_seeds():
-    from vocabridge.config import TransferMethod
-    from vocabridge.report import seed_comparisons_table, seed_groups, seeds_table
+def test_a_rows_seeds_are_summed_up_and_compared_over_seeds():
+    from vocabridge.report import seed_comparisons_table, seeds_table
     from vocabridge.significance import Comparison
-    from vocabridge.transfer import row_group
 
-    rows = {"va-llm+s2": TransferMethod(method="va-llm", seed=2), "va-llm+s3": TransferMethod(method="va-llm", seed=3),
-            "va-llm+low": TransferMethod(method="va-llm", train_pairs=100), "ft-srcv+s2": TransferMethod(
-                method="ft-srcv", seed=2), "va-llm-k5": TransferMethod(method="va-llm", k=5)}
-    names = ["ft-srcv", "va-llm", "ft-srcv+s2", "va-llm+s2", "va-llm+low", "va-llm+s3", "va-llm-k5"]
-    groups = seed_groups(names, lambda r: row_group(r, rows))
-    assert groups == {"ft-srcv": ["ft-srcv", "ft-srcv+s2"], "va-llm": ["va-llm", "va-llm+s2", "va-llm+s3"],
-                      "va-llm+low": ["va-llm+low"], "va-llm-k5": ["va-llm-k5"]}  # another k is another experiment
     settled = Comparison(delta=2.0, ci_low=0.5, ci_high=3.5, p_value=0.01, seeds=5, reference_seeds=5,
-                         std_error=0.8, seed_std=0.6, reference_seed_std=0.4, sentence_variance=0.04)
-    few = dataclasses.replace(settled, seeds=3)  # the same interval from 3 seeds: not a verdict
-    lone = Comparison(delta=2.0, ci_low=0.5, ci_high=3.5, p_value=0.01, seeds=1, reference_seeds=3,
+                         std_error=0.8, seed_std=0.6, reference_seed_std=0.4, sentence_variance=0.04, form="paired")
+    few = dataclasses.replace(settled, seeds=3, p_value=0.5)  # from 3 seeds: not a verdict
+    lone = Comparison(delta=2.0, ci_low=0.5, ci_high=3.5, p_value=0.5, seeds=1, reference_seeds=3,
                       std_error=0.8, seed_std=None, reference_seed_std=0.4, sentence_variance=0.04)
-    tests = {"h": {"g": settled, "k": lone, "f": few}}
-    table = seeds_table({"g": ["a1", "a2"], "h": ["b1"]}, {"a1": 10.0, "a2": 12.0, "b1": 9.0}, tests,
-                        {"a1": 3.0, "a2": 4.0, "b1": None}).set_index("group")
+    late = dataclasses.replace(settled, p_value=0.03)  # decisive alone; Holm over the 4: 0.03 x 3 > 0.05
+    tests = {"h": {"g": settled, "k": lone, "f": few, "late": late}}
+    table = seeds_table({"g": ["g-1", "g-2"], "h": ["h-1"]}, {"g-1": 10.0, "g-2": 12.0, "h-1": 9.0}, tests,
+                        {"g-1": 3.0, "g-2": 4.0, "h-1": None}).set_index("group")
     assert table.loc["g", "dev_bleu_auc_mean"] == 3.5 and pd.isna(table.loc["h", "dev_bleu_auc_mean"])
     assert table.loc["g", "bleu_mean"] == 11.0 and table.loc["g", "bleu_std"] == pytest.approx(1.41, abs=0.01)
     assert table.loc["g", "seeds"] == 2 and table.loc["g", "p_vs_h"] == 0.01 and pd.isna(table.loc["h", "bleu_std"])
-    verdicts = seed_comparisons_table(tests, 0.5).set_index("group")
+    verdicts = seed_comparisons_table(tests, 0.5).set_index("row")
     assert verdicts.loc["g", "verdict"] == "decisive" and verdicts.loc["k", "verdict"] == "one seed: not a finding"
+    assert verdicts.loc["g", "p_holm"] == 0.04 and verdicts.loc["g", "form"] == "paired"
+    assert verdicts.loc["late", "verdict"] == "not decisive after Holm" and verdicts.loc["late", "p_holm"] == 0.09
     assert verdicts.loc["f", "verdict"] == "fewer than 5 seeds a side: not a finding"
     assert verdicts.loc["g", "detectable"] == pytest.approx(2.8 * 0.8, abs=0.01)
-    # 2.8 * sqrt((0.36 + 0.16) / k + 0.04) <= 0.5 needs sqrt(...) <= 0.1786: 0.52 / k <= -0.008, never
-    assert pd.isna(verdicts.loc["g", "seeds_for_0.5"]) and pd.isna(verdicts.loc["k", "detectable_5_seeds"])
-    assert seed_comparisons_table(tests, 1.5).set_index("group").loc["g", "seeds_for_1.5"] == 3
+    assert pd.isna(verdicts.loc["k", "detectable_5_seeds"])
+
+
+def test_a_cells_figures_and_a_verdict_in_one_table_cell(tmp_path):
+    from vocabridge.grid import CellRecord
+    from vocabridge.report import cell_line, machine_name, verdict_text
+    from vocabridge.significance import Comparison
+
+    machine = {"cpu": "Xeon", "capability": "AVX512", "bf16_native": True, "gpu": "H100"}
+    assert machine_name(machine) == "Xeon (AVX512, bf16 yes, GPU H100)"
+    record = CellRecord("va-llm", 3, {"method": "va-llm", "metrics": {"bleu": 12.5, "upstream": {"bleu": 20.0}},
+                                      "finetune": {"updates": 400, "best_update": 400}, "machine": machine,
+                                      "upstream": {"name": "base", "sha256": "ab" * 32}}, tmp_path, "data/cells")
+    curve = pd.DataFrame({"step": [0, 200, 400], "dev_bleu": [0.0, 4.0, 8.0]})
+    line = cell_line(record, curve, 4.0, 0.1)
+    assert line["cell"] == "va-llm-3" and line["best_at_end"] and line["updates_to_threshold"] == 200
+    assert line["upstream_bleu"] == 20.0 and line["upstream_sha256"] == "ab" * 32 and line["chrf"] is None
+    c = Comparison(delta=1.25, ci_low=0.5, ci_high=2.0, p_value=0.001, seeds=5, reference_seeds=5, std_error=0.3,
+                   seed_std=0.5, reference_seed_std=0.5, sentence_variance=0.01, form="unpaired")
+    assert verdict_text(c, 0.003, "ft-srcv-low", "ft-srcv") == \
+        "+1.25 [0.50, 2.00] p_holm 0.003: better (vs ft-srcv-low; Welch)"
 
 
 def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering():
@@ -99,7 +106,7 @@ def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering
     seeds = pd.DataFrame([{"group": "va-llm", "seeds": 3, "bleu_mean": 10.2, "bleu_std": 0.6},
                           {"group": "va-linear", "seeds": 3, "bleu_mean": 9.0, "bleu_std": 0.4},
                           {"group": "ft-srcv", "seeds": 1, "bleu_mean": 8.9, "bleu_std": None}])
-    group_of = {"va-llm": "va-llm", "va-llm+s2": "va-llm", "va-linear": "va-linear", "ft-srcv": "ft-srcv"}
+    group_of = {"va-llm": "va-llm", "va-linear": "va-linear", "ft-srcv": "ft-srcv"}
     layout = paper_layout(SATO_TABLE_3, seeds, group_of).set_index("paper_row")
     assert layout.loc["VA-LLM", "published_bleu"] == 26.40 and layout.loc["VA-LLM", "bleu_mean"] == 10.2
     assert layout.loc["VA-LLM", "seeds"] == 3 and pd.isna(layout.loc["FT-tgtV", "bleu_mean"])  # not run here
@@ -126,14 +133,14 @@ def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering
     assert pd.isna(verdicts.loc["ft-tgtv > ft-srcv", "p_value"])
 
 
-def test_forgetting_pools_each_group_of_seeds(tmp_path):
+def test_forgetting_pools_each_rows_seeds(tmp_path):
     from vocabridge.report import forgetting_plot, forgetting_table
 
-    table = pd.DataFrame({"method": ["a", "a+s2", "b", "c"], "bleu": [10.0, 12.0, 8.0, 5.0],
-                          "upstream_bleu": [30.0, 20.0, 35.0, None], "source": "vocabridge"})
-    got = forgetting_table(table, {"a": ["a", "a+s2"], "b": ["b"], "c": ["c"]})
-    assert got.to_dict("records") == [{"group": "a", "seeds": 2, "bleu": 11.0, "upstream_bleu": 25.0},
-                                      {"group": "b", "seeds": 1, "bleu": 8.0, "upstream_bleu": 35.0}]  # c: not measured
+    cells = pd.DataFrame({"row": ["a", "a", "b", "c"], "bleu": [10.0, 12.0, 8.0, 5.0],
+                          "upstream_bleu": [30.0, 20.0, 35.0, None]})
+    got = forgetting_table(cells)
+    assert got.to_dict("records") == [{"row": "a", "seeds": 2, "bleu": 11.0, "upstream_bleu": 25.0},
+                                      {"row": "b", "seeds": 1, "bleu": 8.0, "upstream_bleu": 35.0}]  # c: not measured
     forgetting_plot(got, tmp_path / "forgetting.png")
     assert (tmp_path / "forgetting.png").stat().st_size > 1000
 
@@ -158,7 +165,7 @@ def test_extension_rows_meet_the_replacement_row_of_their_method():
         return Comparison(delta=1.5, ci_low=0.5, ci_high=2.5, p_value=0.01, seeds=5, reference_seeds=5,
                           std_error=0.5, seed_std=0.3, reference_seed_std=0.3, sentence_variance=0.1)
 
-    forgetting = pd.DataFrame({"group": ["extend-va-llm", "va-llm-copy"], "upstream_bleu": [20.0, 12.0]})
+    forgetting = pd.DataFrame({"row": ["extend-va-llm", "va-llm-copy"], "upstream_bleu": [20.0, 12.0]})
     info = {"extend-va-llm": {"tgt_extension": {"appended": 2000, "fertility": {"before": 1.9, "after": 1.4}}}}
     got = extension_table(pairs, compare, forgetting, info)
     assert seen == pairs
@@ -178,7 +185,7 @@ def test_vocabulary_fit_lists_each_plm_once_beside_the_nmt_vocabularies():
     mismatch = {"de": fit(800, 2.5, 0.3, 0.01), "en": fit(800, 2.0, 0.2, 0.0)}
     plm = {"vocabulary": "plm", "upstream": "abnet", "vocabulary_fit": {"src": fit(300, 1.8, 0.1, 0.0),
                                                                         "tgt": fit(310, 1.7, 0.05, 0.0)}}
-    diagnostics = {"ft-srcv": {"vocabulary": "upstream"}, "abnet": plm, "abnet+s2": plm}
+    diagnostics = {"ft-srcv": {"vocabulary": "upstream"}, "abnet": plm, "abnet-2": plm}
     table = vocabulary_fit_table(mismatch, diagnostics, Lang())
     assert list(table["vocabulary"]) == ["upstream (pretrained NMT)", "downstream (adapted)"] * 2 + ["PLM (abnet)"] * 2
     assert table.iloc[-1].to_dict() == {"vocabulary": "PLM (abnet)", "lang": "en", "vocab_size": 310,

@@ -287,21 +287,33 @@ def estimate_command(profile: str | None, fresh: bool, jobs: int) -> str:
     return format_estimate(estimate(root, profile, fresh, jobs), profile or current)
 
 
-def results_command(out: Path | None, allow_stale: bool) -> Path:
+def results_command(out: Path | None, allow_stale: bool, cells_only: bool = False) -> str:
     """`vocabridge results`: the finished run's outputs into the ledger (vocabridge.ledger), refusing outputs
-    that `dvc status` says are stale."""
+    that `dvc status` says are stale; `--cells`: only the workspace's finished cells into OUT/cells
+    (vocabridge.grid.commit_cells), with no `dvc status` check, so that a run still going loses at most the cells
+    in progress. Returns what to print."""
     import json
     import subprocess
     import sys
 
+    root = Path.cwd()
+    if not (root / "dvc.yaml").is_file():
+        raise ConfigError(f"{root}: not the project's root (no dvc.yaml); run `vocabridge results` there")
+    profile = read_yaml(root / "params.yaml").get("profile", "default")
+    out = out or root / "results" / profile
+    if cells_only:
+        from vocabridge.grid import commit_cells
+        from vocabridge.ledger import CELLS
+
+        added = commit_cells(root / CELLS, out / "cells")
+        names = ", ".join(cell.name for cell in added)
+        return (f"{out / 'cells'}: {len(added)} cell(s) added or updated" + (f" ({names})" if added else "")
+                + "; commit them to keep them")
     import torch
 
     from vocabridge.ledger import collect
     from vocabridge.nmt.precision import describe_cpu
 
-    root = Path.cwd()
-    if not (root / "dvc.yaml").is_file():
-        raise ConfigError(f"{root}: not the project's root (no dvc.yaml); run `vocabridge results` there")
     if not allow_stale:
         proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=root, capture_output=True,
                               text=True)
@@ -310,12 +322,12 @@ def results_command(out: Path | None, allow_stale: bool) -> Path:
         stale = sorted(json.loads(proc.stdout or "{}"))
         if stale:
             raise ConfigError(f"dvc status: {len(stale)} stage(s) not up to date ({', '.join(stale[:5])}"
-                              f"{', ...' if len(stale) > 5 else ''}); finish the run, or --allow-stale")
-    profile = read_yaml(root / "params.yaml").get("profile", "default")
+                              f"{', ...' if len(stale) > 5 else ''}); finish the run, or --allow-stale (or "
+                              f"--cells: commit the finished cells only)")
     cpu = describe_cpu()
     if torch.cuda.is_available():
         cpu["gpu"] = torch.cuda.get_device_name()
-    return collect(root, out or root / "results" / profile, profile, cpu)
+    return f"{collect(root, out, profile, cpu)}: the run's results, ready to commit"
 
 
 def main(argv: list[str]) -> None:
@@ -476,14 +488,19 @@ def main(argv: list[str]) -> None:
     est.add_argument("--jobs", type=int, default=0, help="the flow's stages at once (default as the flow: 0)")
     res = sub.add_parser(
         "results", help="copy the finished run's report, metrics, curves and dvc.lock into results/PROFILE",
-        description="The results ledger: the report, seeds tables, learning curves, every stage's metrics, the "
+        description="The results ledger: the report, its tables and plots, every stage's metrics, the "
                     "dvc.lock and params.yaml of the run, and a line naming the CPU/GPU and thread layout, into "
-                    "results/PROFILE/ (replaced whole) to commit. Refuses while `dvc status` shows stale stages.")
+                    "results/PROFILE/ (replaced, except results/PROFILE/cells: the study's committed cells stay "
+                    "and the workspace's finished cells are added) to commit. Refuses while `dvc status` shows "
+                    "stale stages. --cells copies only the finished cells, while a run is still going.")
     res.add_argument("--out", type=Path, default=None, help="where to write (default results/PROFILE)")
     res.add_argument("--allow-stale", action="store_true", help="collect even if `dvc status` is not clean")
+    res.add_argument("--cells", action="store_true",
+                     help="only copy the workspace's finished cells (data/cells) into OUT/cells: adds, never "
+                          "deletes, needs no finished run")
     args = parser.parse_args(argv)
     if args.command == "results":
-        print(f"{results_command(args.out, args.allow_stale)}: the run's results, ready to commit")
+        print(results_command(args.out, args.allow_stale, args.cells))
     elif args.command == "estimate":
         print(estimate_command(args.profile, args.fresh, args.jobs))
     elif args.command == "profile":

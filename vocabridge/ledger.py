@@ -4,6 +4,9 @@ A reader sees the report, the seeds table, the learning curves and every stage's
 and which code and machine made them: the `dvc.lock` and `params.yaml` of the run, the commit, the CPU (torch's
 ISA level, native bf16 yes/no) or GPU, and the thread layout each training used. README and issue notes link
 these files instead of copying numbers by hand.
+
+The study's cell records (results/<profile>/cells, vocabridge.grid) are the one part that is never replaced: other
+sessions' cells add up there, so a collection keeps them and adds the workspace's finished cells.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from pathlib import Path
 
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.grid import commit_cells
 
 REPORT = Path("data/reports/results")
 METRICS = Path("data/metrics")
 CURVES = Path("data/plots")
 RUN_RECORD = Path("data/reports/flow_run.json")
+CELLS = Path("data/cells")  # the workspace's finished cells
 
 
 def _git(root: Path, *args: str) -> str:
@@ -29,9 +34,10 @@ def _git(root: Path, *args: str) -> str:
 
 
 def training_layout(metrics: Path) -> dict[str, dict]:
-    """Device, threads and precision of every training stage, from its metrics."""
+    """Device, threads and precision of every training stage, from its metrics (a cell's fine-tune under
+    finetune/ROW/sSEED)."""
     layout = {}
-    for path in [metrics / "pretrain.json", *sorted((metrics / "finetune").glob("*.json"))]:
+    for path in [metrics / "pretrain.json", *sorted((metrics / "finetune").rglob("*.json"))]:
         if not path.is_file():
             continue
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -60,7 +66,8 @@ def machine_line(cpu: dict, layout: dict[str, dict], run: dict | None) -> str:
 
 def collect(root: Path, out: Path, profile: str, cpu: dict) -> Path:
     """Copy the run's report, metrics, curves, dvc.lock and params.yaml from `root` into `out` (replaced whole,
-    atomically), with machine.json and a README.md saying what made them."""
+    atomically, except `out/cells`: the cells committed there stay and the workspace's finished cells are added),
+    with machine.json and a README.md saying what made them."""
     report = root / REPORT
     if not (report / "report.md").is_file():
         raise InputError(f"{report}/report.md: missing; run the pipeline (`dvc repro` or the flow) first")
@@ -73,6 +80,9 @@ def collect(root: Path, out: Path, profile: str, cpu: dict) -> Path:
     dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
     line = machine_line(cpu, layout, run)
     with atomic_dir(out) as tmp:
+        if (out / "cells").is_dir():
+            shutil.copytree(out / "cells", tmp / "cells")
+        commit_cells(root / CELLS, tmp / "cells")
         shutil.copytree(report, tmp, dirs_exist_ok=True)
         shutil.copytree(root / METRICS, tmp / "metrics")
         if (root / CURVES).is_dir():
@@ -84,10 +94,11 @@ def collect(root: Path, out: Path, profile: str, cpu: dict) -> Path:
         write_json(tmp / "machine.json", {"cpu": cpu, "training": layout, "commit": commit,
                                           "uncommitted_changes": dirty, "collected": time.strftime("%Y-%m-%d")})
         (tmp / "README.md").write_text(
-            f"# Profile `{profile}`\n\nThe outputs of one run of the `{profile}` profile: `report.md` (every row, "
-            f"the paired comparisons, the seeds table and the comparisons over seeds and sentences), the CSV "
-            f"tables beside it, `learning_curves.png`, every stage's `metrics/` and `curves/`, and the "
-            f"`dvc.lock` and `params.yaml` the run came from.\n\n"
+            f"# Profile `{profile}`\n\nThe outputs of the `{profile}` profile: `report.md` (the papers' tables, "
+            f"one line per grid row, where the cells came from), the CSV tables beside it (`cells.csv`: one "
+            f"line per cell), the plots, every stage's `metrics/` and `curves/`, the `dvc.lock` and "
+            f"`params.yaml` of the last run, and `cells/`: every finished cell's record and hypotheses, kept and "
+            f"added to by each collection and `vocabridge results --cells`, which the report reads back.\n\n"
             f"- code: commit `{commit or 'unknown'}`{' with uncommitted changes' if dirty else ''}\n"
             f"- machine: {line}\n", encoding="utf-8")
     return out

@@ -1,18 +1,32 @@
-"""The results table across methods (pandas), the BLEU bar plot and the learning curves, with the papers'
-published rows, and the papers' own tables (Sato et al.'s Table 3, Liu et al.'s Table 2, Duan & Zhao's Table 3)
-with our rows beside them and a verdict on each ordering they report (their names mapped to ours in PaperTable:
-Single-Run = in-domain, Pretrain-Finetune = ft-srcv, Random Init = ft-tgtv-random-dec; ATT-EG + KD is not a row
-of ours)."""
+"""The report of a study, built from its cell records (vocabridge.grid): the papers' own tables (Sato et al.'s
+Table 3, Liu et al.'s Table 2, Duan & Zhao's Table 3) with our rows beside them and a verdict on each ordering they
+report (their names mapped to ours in PaperTable: Single-Run = in-domain, Pretrain-Finetune = ft-srcv, Random Init
+= ft-tgtv-random-dec; ATT-EG + KD is not a row of ours), one line per grid row, the plots, and where the cells came
+from.
+
+`grid_report` takes records, not paths: the cells of several sessions and machines add up to one report, and a
+test builds one from synthetic records. Rows are the groups (a row's seeds are its cells); two rows' cells pair
+where they share seed and upstream model (`CellRecord.pair_key`), and each comparison says whether it paired."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from vocabridge.significance import ALPHA, MIN_SEEDS, Comparison, holm
+from vocabridge.grid import CellRecord, Gathered
+from vocabridge.significance import (
+    ALPHA,
+    MIN_SEEDS,
+    Comparison,
+    compare_statistics,
+    holm,
+    mean_interval_statistics,
+    sentence_statistics,
+)
 
 
 @dataclass(frozen=True)
@@ -61,14 +75,15 @@ PAPER_TABLES = (SATO_TABLE_3, LIU_TABLE_2, DUAN_TABLE_3)
 PUBLISHED = pd.DataFrame([(ours, bleu, paper.source) for paper in PAPER_TABLES for _, ours, bleu in paper.rows],
                          columns=["method", "bleu", "source"])
 
-COLUMNS = ["method", "bleu", "bleu_ci", "chrf", "ter", "upstream_bleu", "delta_bleu", "p_value", "src_vocab",
+COLUMNS = ["method", "seeds", "bleu", "bleu_ci", "chrf", "ter", "upstream_bleu", "delta_bleu", "p_value", "src_vocab",
            "tgt_vocab", "unseen_token_rate", "mean_output_tokens", "sentences_per_second", "latency_ms",
            "trained_parameters", "updates", "best_update", "dev_bleu_auc", "updates_to_threshold",
            "zero_shot_dev_bleu", "zero_shot_dev_ppl", "loo_cos_src", "loo_cos_tgt", "source"]
 
 
 def build_table(rows: list[dict], baseline: str) -> pd.DataFrame:
-    """Our rows (one per evaluated method), deltas against the baseline, then the published rows."""
+    """Our rows (one per grid row: means over its seeds), deltas against the baseline, then the published rows
+    (report.csv, which flows/collect reads per experiment)."""
     ours = pd.DataFrame(rows)
     if baseline in set(ours["method"]):
         base = float(ours.loc[ours["method"] == baseline, "bleu"].iloc[0])
@@ -131,17 +146,17 @@ def neighbours_markdown(diagnostics: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def forgetting_table(table: pd.DataFrame, groups: dict[str, list[str]]) -> pd.DataFrame:
-    """Per group of seeds: mean test BLEU on the downstream domain and on the upstream one (what adapting cost)."""
-    ours = table[table["source"] == "vocabridge"].set_index("method")
-    rows = [{"group": label, "seeds": len(members), "bleu": round(float(ours.loc[members, "bleu"].mean()), 2),
-             "upstream_bleu": round(float(ours.loc[members, "upstream_bleu"].mean()), 2)}
-            for label, members in groups.items() if ours.loc[members, "upstream_bleu"].notna().all()]
-    return pd.DataFrame(rows, columns=["group", "seeds", "bleu", "upstream_bleu"])
+def forgetting_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per row: mean test BLEU over its cells on the downstream domain and on the upstream one (what adapting
+    cost); rows with a cell that was not scored upstream are left out."""
+    rows = [{"row": row, "seeds": len(part), "bleu": round(float(part["bleu"].mean()), 2),
+             "upstream_bleu": round(float(part["upstream_bleu"].mean()), 2)}
+            for row, part in cells.groupby("row", sort=False) if part["upstream_bleu"].notna().all()]
+    return pd.DataFrame(rows, columns=["row", "seeds", "bleu", "upstream_bleu"])
 
 
 def forgetting_plot(forgetting: pd.DataFrame, path: Path) -> None:
-    """The trade-off: downstream BLEU against upstream BLEU, one point per group of seeds."""
+    """The trade-off: downstream BLEU against upstream BLEU, one point per row (mean over its seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -155,7 +170,7 @@ def forgetting_plot(forgetting: pd.DataFrame, path: Path) -> None:
     for row in forgetting.itertuples():
         # a label the width of a few words overlaps a neighbour's at about the same height: stack it below
         near = sum(abs(x - row.upstream_bleu) < 0.25 * x_span and abs(y - row.bleu) < 0.04 * y_span for x, y in placed)
-        ax.annotate(row.group, (row.upstream_bleu, row.bleu), fontsize=7, xytext=(3, 3 - 9 * near),
+        ax.annotate(row.row, (row.upstream_bleu, row.bleu), fontsize=7, xytext=(3, 3 - 9 * near),
                     textcoords="offset points")
         placed.append((row.upstream_bleu, row.bleu))
     ax.set(xlabel="upstream (original domain) test BLEU", ylabel="downstream test BLEU",
@@ -166,7 +181,7 @@ def forgetting_plot(forgetting: pd.DataFrame, path: Path) -> None:
 
 
 def bleu_plot(table: pd.DataFrame, path: Path) -> None:
-    """Bars of test BLEU per method with 95% bootstrap intervals; published rows hatched."""
+    """Bars of mean test BLEU per row with the half-width of its 95% interval (seeds and test set)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,7 +191,7 @@ def bleu_plot(table: pd.DataFrame, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(ours) + 2), 3.6), dpi=120)
     ax.bar(ours["method"], ours["bleu"], yerr=ours["bleu_ci"].fillna(0), capsize=4, color="#4878a8")
     ax.set_ylabel("test BLEU (sacrebleu)")
-    ax.set_title("BLEU per method, 95% bootstrap interval")
+    ax.set_title("BLEU per row: mean over seeds, 95% interval")
     ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     fig.savefig(path)
@@ -240,14 +255,6 @@ def learning_curves_plot(curves: pd.DataFrame, threshold: float | None, path: Pa
     plt.close(fig)
 
 
-def comparisons_table(tests: dict[str, dict[str, dict]], bleu: dict[str, float]) -> pd.DataFrame:
-    """One row per (method, reference): BLEU difference and paired-bootstrap p-value (`tests[ref][method]`)."""
-    rows = [{"method": method, "against": ref, "delta_bleu": round(bleu[method] - bleu[ref], 2),
-             "p_value": result["p_value"]}
-            for ref, results in tests.items() for method, result in results.items() if method != ref]
-    return pd.DataFrame(rows, columns=["method", "against", "delta_bleu", "p_value"])
-
-
 def rank_correlations(table: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
     """Spearman rank correlation of each pre-fine-tuning diagnostic with the final test BLEU, over `rows`
     (methods that share one vocabulary, so that per-token perplexities compare)."""
@@ -283,7 +290,7 @@ def extension_table(pairs: list[tuple[str, str]], compare: Callable[[str, str], 
                     forgetting: pd.DataFrame, diagnostics: dict[str, dict]) -> pd.DataFrame:
     """Each extension row against its replacement row: test BLEU (over seeds and sentences), upstream BLEU (what
     each forgets), and the pieces appended with the target side's pieces per word before and after."""
-    upstream = forgetting.set_index("group")["upstream_bleu"] if len(forgetting) else pd.Series(dtype=float)
+    upstream = forgetting.set_index("row")["upstream_bleu"] if len(forgetting) else pd.Series(dtype=float)
     rows = []
     for extension, replacement in pairs:
         c = compare(extension, replacement)
@@ -298,15 +305,6 @@ def extension_table(pairs: list[tuple[str, str]], compare: Callable[[str, str], 
     return pd.DataFrame(rows, columns=["extension", "replacement", "appended_tgt", "fertility_tgt", "delta_bleu",
                                        "ci_low", "ci_high", "p_value", "verdict", "upstream_bleu_extension",
                                        "upstream_bleu_replacement"])
-
-
-def seed_groups(rows: list[str], key) -> dict[str, list[str]]:
-    """Rows that differ only in their seed (`key(row)` equal), under the first one's name, in the rows' order."""
-    label_of: dict = {}
-    groups: dict[str, list[str]] = {}
-    for row in rows:
-        groups.setdefault(label_of.setdefault(key(row), row), []).append(row)
-    return groups
 
 
 def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dict[str, dict[str, Comparison]],
@@ -334,21 +332,23 @@ def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dic
 
 
 def seed_comparisons_table(tests: dict[str, dict[str, Comparison]], target: float) -> pd.DataFrame:
-    """One row per (group, reference group): delta with its 95% interval and p over seeds and sentences, the
-    verdict, the smallest difference the design detects (80% power, 5% level) now, with 5 seeds a side, and
-    the seeds a side needed to detect `target` BLEU."""
+    """One row per (row, reference): delta with its 95% interval and p over seeds and sentences, p after Holm's
+    correction over the reference's comparisons (one family per reference), the verdict, the smallest difference
+    the design detects (80% power, 5% level) now and with 5 seeds a side, and the seeds a side needed to detect
+    `target` BLEU."""
     rows = []
     for ref, results in tests.items():
-        for label, c in results.items():
+        adjusted = holm([c.p_value for c in results.values()])[0]
+        for (label, c), p_holm in zip(results.items(), adjusted, strict=True):
             at_5 = c.detectable_with(5)
-            rows.append({"group": label, "against": ref, "seeds": c.seeds, "reference_seeds": c.reference_seeds,
+            rows.append({"row": label, "against": ref, "seeds": c.seeds, "reference_seeds": c.reference_seeds,
                          "form": c.form, "delta": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high,
-                         "p_value": c.p_value, "verdict": verdict(c), "detectable": round(c.detectable, 2),
+                         "p_value": c.p_value, "p_holm": round(p_holm, 4), "verdict": holm_verdict(c, p_holm),
+                         "detectable": round(c.detectable, 2),
                          "detectable_5_seeds": None if at_5 is None else round(at_5, 2),
                          f"seeds_for_{target:g}": c.seeds_for(target)})
-    columns = ["group", "against", "seeds", "reference_seeds", "form", "delta", "ci_low", "ci_high", "p_value",
-               "verdict",
-               "detectable", "detectable_5_seeds", f"seeds_for_{target:g}"]
+    columns = ["row", "against", "seeds", "reference_seeds", "form", "delta", "ci_low", "ci_high", "p_value",
+               "p_holm", "verdict", "detectable", "detectable_5_seeds", f"seeds_for_{target:g}"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -379,8 +379,7 @@ def ordering_verdicts(paper: PaperTable, compare: Callable[[str, str], Compariso
     out = []
     for better, worse, c in found:
         p_holm = None if c is None else round(adjusted[id(c)], 4)
-        said = ("not run" if c is None else verdict(c) if not c.decisive
-                else ("holds" if c.delta > 0 else "reversed") if p_holm <= ALPHA else "not decisive after Holm")
+        said = "not run" if c is None else holm_verdict(c, p_holm, ("holds", "reversed"))
         out.append({"ordering": f"{better} > {worse}",
                     "published_delta": round(published[better] - published[worse], 2),
                     "delta": None if c is None else c.delta, "ci_low": None if c is None else c.ci_low,
@@ -398,3 +397,377 @@ def verdict(c: Comparison) -> str:
     if not c.enough_seeds:
         return f"fewer than {MIN_SEEDS} seeds a side: not a finding"
     return "decisive" if c.decisive else "not decisive"
+
+
+def holm_verdict(c: Comparison, p_holm: float, words: tuple[str, str] = ("decisive", "decisive")) -> str:
+    """`verdict` within a family: a decisive comparison whose Holm-adjusted p exceeds ALPHA is not decisive after
+    Holm; `words` name a decisive one by its sign (better, worse)."""
+    if not c.decisive:
+        return verdict(c)
+    if p_holm > ALPHA:
+        return "not decisive after Holm"
+    return words[0] if c.delta > 0 else words[1]
+
+
+def unseen_rate(diagnostics: dict, mismatch: dict | None, adapted: bool) -> float | None:
+    """The target side's unseen-token rate of a row's vocabulary: the adapted vocabulary's against the pretrained
+    one, a PLM row's against its BERT's, 0 for rows that keep their model's vocabulary (None: not measured)."""
+    if "vocabulary_fit" in diagnostics:
+        return diagnostics["vocabulary_fit"]["tgt"]["unseen_token_rate"]
+    if mismatch is None:
+        return None
+    return mismatch["unseen_token_rate"] if adapted else 0.0
+
+
+def machine_name(machine: dict) -> str:
+    """A machine as the report names it: CPU, its capability and native bf16, and the GPU where there was one."""
+    bf16 = {True: "bf16 yes", False: "bf16 no"}.get(machine.get("bf16_native"), "bf16 ?")
+    gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ""
+    return f"{machine.get('cpu') or '?'} ({machine.get('capability') or '?'}, {bf16}{gpu})"
+
+
+def read_curve(record: CellRecord) -> pd.DataFrame:
+    """A cell's learning curve (curve.csv: step, dev_bleu, dev_loss); empty for a cell that was not fine-tuned."""
+    path = record.folder / "curve.csv"
+    return pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["step", "dev_bleu"])
+
+
+def cell_line(record: CellRecord, curve: pd.DataFrame, threshold: float | None, unseen: float | None) -> dict:
+    """One cell's figures (a line of cells.csv): scores, fine-tuning, zero-shot diagnostics, and where it ran."""
+    data = record.data
+    metrics, tuning = data.get("metrics") or {}, data.get("finetune") or {}
+    zero, machine, upstream = data.get("transfer") or {}, data.get("machine") or {}, data.get("upstream") or {}
+    vocab = metrics.get("vocab_size") or {}
+    updates, best = tuning.get("updates"), tuning.get("best_update")
+    return {"row": record.row, "seed": record.seed, "cell": record.cell.name, "method": data.get("method"),
+            "bleu": metrics.get("bleu"), "chrf": metrics.get("chrf"), "ter": metrics.get("ter"),
+            "upstream_bleu": (metrics.get("upstream") or {}).get("bleu"), "updates": updates, "best_update": best,
+            "best_at_end": bool(updates) and best == updates,
+            "trained_parameters": tuning.get("trainable_parameters"), "train_seconds": tuning.get("train_seconds"),
+            "device": tuning.get("device"), "threads": tuning.get("threads"), "precision": tuning.get("precision"),
+            **curve_summary(curve, threshold),
+            "zero_shot_dev_bleu": zero.get("dev_bleu"), "zero_shot_dev_ppl": zero.get("dev_perplexity"),
+            "loo_cos_src": zero.get("leave_one_out_cosine_encoder"),
+            "loo_cos_tgt": zero.get("leave_one_out_cosine_decoder"),
+            "src_vocab": vocab.get("src"), "tgt_vocab": vocab.get("tgt"), "unseen_token_rate": unseen,
+            "mean_output_tokens": metrics.get("mean_output_tokens"),
+            "sentences_per_second": metrics.get("sentences_per_second"), "latency_ms": metrics.get("latency_ms"),
+            "upstream": upstream.get("name"), "upstream_sha256": upstream.get("sha256"),
+            "machine": machine_name(machine), "capability": machine.get("capability"),
+            "bf16_native": machine.get("bf16_native"), "gpu": machine.get("gpu"), "commit": data.get("commit"),
+            "finished": data.get("finished"), "cells_folder": record.source}
+
+
+def _mean(part: pd.DataFrame, column: str, digits: int = 2) -> float | None:
+    values = pd.to_numeric(part[column], errors="coerce").dropna()
+    return round(float(values.mean()), digits) if len(values) else None
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    """1 2 3 5 -> '1-3, 5'."""
+    out: list[str] = []
+    for seed in sorted(seeds):
+        if out and out[-1].split("-")[-1] == str(seed - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{seed}"
+        else:
+            out.append(str(seed))
+    return ", ".join(out)
+
+
+SHORT = {"one seed: not a finding": "1 seed", f"fewer than {MIN_SEEDS} seeds a side: not a finding":
+         f"<{MIN_SEEDS} seeds"}
+
+
+def verdict_text(c: Comparison, p_holm: float, against: str, reference: str) -> str:
+    """A comparison in one table cell: delta [95% interval], Holm's p, the verdict, and Welch where unpaired."""
+    said = SHORT.get(v := holm_verdict(c, p_holm, ("better", "worse")), v)
+    notes = [n for n in (f"vs {against}" if against != reference else "", "Welch" if c.form == "unpaired" else "")
+             if n]
+    shown = "<0.0001" if p_holm < 0.0001 else f"{p_holm:.2g}"
+    return (f"{c.delta:+.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] p_holm {shown}: {said}"
+            + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+@dataclass
+class Built:
+    """A report ready to write: its Markdown, its tables (written as NAME.csv) and the learning curves it plots."""
+
+    markdown: str
+    tables: dict[str, pd.DataFrame]
+    curves: pd.DataFrame
+    threshold: float | None
+    missing_rows: list[str] = field(default_factory=list)
+    left_out: list[tuple[Path, str]] = field(default_factory=list)
+
+
+class _Comparer:
+    """Rows compared over their cells, each pair once: paired where both rows' cells have the same pair keys."""
+
+    def __init__(self, by_row: dict[str, list[CellRecord]], stats: dict, clusters, n_samples: int, seed: int):
+        self.by_row, self.stats, self.clusters = by_row, stats, clusters
+        self.n_samples, self.seed, self.done = n_samples, seed, {}
+
+    def __call__(self, method: str, reference: str) -> Comparison | None:
+        if method not in self.by_row or reference not in self.by_row:
+            return None
+        if (method, reference) not in self.done:
+            a, b = self.by_row[method], self.by_row[reference]
+            self.done[method, reference] = compare_statistics(
+                np.stack([self.stats[r.cell] for r in a]), np.stack([self.stats[r.cell] for r in b]),
+                method_seeds=[r.pair_key for r in a], reference_seeds=[r.pair_key for r in b],
+                clusters=self.clusters, n_samples=self.n_samples, seed=self.seed)
+        return self.done[method, reference]
+
+
+def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *, seeds: Sequence[int] = (),
+                clusters: Sequence[str] | None = None, adapted: frozenset[str] | set[str] = frozenset(),
+                mismatch: dict | None = None, lang=None, upstream_sentences: int | None = None,
+                study: str = "") -> Built:
+    """The report of a grid from its cell records: `rows` the grid's rows in order, `refs` the test references the
+    records' hypotheses were scored against, `cfg` the report settings (vocabridge.config.Report: baseline and
+    also_against are row names), `seeds` the grid's seeds (cells not found are listed as not finished),
+    `clusters` each test sentence's book, `adapted` the rows that put the downstream vocabulary on the base model
+    (their zero-shot figures compare), `mismatch` the mismatch stage's figures per language and `lang` the
+    direction (vocabulary fit), `upstream_sentences` how many upstream test pairs forgetting is measured on."""
+    left_out = list(gathered.left_out)
+    records = []
+    for record in gathered.records:
+        if len(record.hyps) != len(refs):
+            left_out.append((record.folder, f"hyp.txt has {len(record.hyps)} lines for {len(refs)} test sentences"))
+        else:
+            records.append(record)
+    by_row: dict[str, list[CellRecord]] = {}
+    for record in sorted(records, key=lambda r: (list(rows).index(r.row) if r.row in rows else len(rows), r.seed)):
+        by_row.setdefault(record.row, []).append(record)
+    missing_rows = [row for row in rows if row not in by_row]
+    stats = {r.cell: sentence_statistics(r.hyps, refs) for r in records}
+    over = _Comparer(by_row, stats, clusters, cfg.bootstrap_samples, cfg.seed)
+    knobs = {row: dict(cells[0].data.get("knobs") or {}) for row, cells in by_row.items()}
+    diagnostics = {row: cells[0].data.get("diagnostics") or {} for row, cells in by_row.items()}
+    baseline = cfg.baseline if cfg.baseline in by_row else next(iter(by_row), cfg.baseline)
+
+    curves = {r.cell.name: read_curve(r) for r in records}
+    threshold, base_curves = cfg.curve_threshold, [curves[r.cell.name] for r in by_row.get(baseline, [])
+                                                   if len(curves[r.cell.name])]
+    if threshold is None and base_curves:  # the baseline's best dev BLEU, averaged over its seeds
+        threshold = round(sum(float(c["dev_bleu"].max()) for c in base_curves) / len(base_curves), 2)
+    mismatch_tgt = mismatch[lang.tgt] if mismatch is not None and lang is not None else None
+    cells = pd.DataFrame([cell_line(r, curves[r.cell.name], threshold,
+                                    unseen_rate(diagnostics[r.row], mismatch_tgt, r.row in adapted))
+                          for r in records])
+
+    # each row against each reference (row names), in the reference's regime: its knobs with this row's train_pairs
+    tests: dict[str, dict[str, Comparison]] = {}
+    against: dict[str, dict[str, str]] = {}
+    for ref in dict.fromkeys([baseline, *cfg.also_against]):
+        if ref not in by_row:
+            continue
+        tests[ref], against[ref] = {}, {}
+        for row in by_row:
+            pairs = knobs[row].get("train_pairs")
+            match = ref if knobs[ref].get("train_pairs") == pairs else next(
+                (r for r in by_row if knobs[r] == knobs[ref] | {"train_pairs": pairs}), None)
+            if match is not None and match != row:
+                tests[ref][row], against[ref][row] = over(row, match), match
+    p_holm = {ref: dict(zip(found, holm([c.p_value for c in found.values()])[0], strict=True))
+              for ref, found in tests.items()}
+
+    summary, lines = [], []
+    for row, members in by_row.items():
+        part = cells[cells["row"] == row]
+        interval = mean_interval_statistics(np.stack([stats[r.cell] for r in members]), clusters,
+                                            cfg.bootstrap_samples, cfg.seed)
+        scores = part["bleu"].astype(float)
+        line = {"row": row, "method": members[0].data.get("method"), "seeds": len(members),
+                "seed_list": _seed_list([r.seed for r in members]), "bleu_mean": _mean(part, "bleu"),
+                "ci_low": round(interval.low, 2), "ci_high": round(interval.high, 2),
+                "bleu_std": round(float(scores.std(ddof=1)), 2) if len(scores) > 1 else None,
+                "chrf": _mean(part, "chrf"), "ter": _mean(part, "ter"), "updates": _mean(part, "updates", 0),
+                "best_update": _mean(part, "best_update", 0),
+                "best_at_end": f"{int(part['best_at_end'].sum())}/{len(part)}",
+                "upstream_bleu": _mean(part, "upstream_bleu"), "machines": part["machine"].nunique(),
+                "upstream_models": part["upstream_sha256"].nunique()}
+        for ref, found in tests.items():
+            c = found.get(row)
+            line |= {f"delta_vs_{ref}": c and c.delta, f"p_holm_vs_{ref}": c and round(p_holm[ref][row], 4),
+                     f"verdict_vs_{ref}": c and holm_verdict(c, p_holm[ref][row], ("better", "worse")),
+                     f"form_vs_{ref}": c and c.form, f"vs_{ref}": c and verdict_text(c, p_holm[ref][row],
+                                                                                     against[ref][row], ref)}
+        summary.append(line)
+        base_test = tests.get(baseline, {}).get(row)
+        lines.append({"method": row, "seeds": len(members), "bleu": line["bleu_mean"],
+                      "bleu_ci": round((interval.high - interval.low) / 2, 2), "chrf": line["chrf"],
+                      "ter": line["ter"], "upstream_bleu": line["upstream_bleu"],
+                      "p_value": base_test.p_value if base_test else None,
+                      **{k: _mean(part, k, 4) for k in ("src_vocab", "tgt_vocab", "unseen_token_rate",
+                                                        "mean_output_tokens", "sentences_per_second", "latency_ms",
+                                                        "trained_parameters", "updates", "best_update",
+                                                        "dev_bleu_auc", "updates_to_threshold",
+                                                        "zero_shot_dev_bleu", "zero_shot_dev_ppl", "loo_cos_src",
+                                                        "loo_cos_tgt")}})
+    rows_table = pd.DataFrame(summary)
+    table = build_table(lines, baseline) if lines else pd.DataFrame(columns=COLUMNS)
+    groups = {row: [r.cell.name for r in members] for row, members in by_row.items()}
+    auc = {cell: None if pd.isna(v) else float(v) for cell, v in zip(cells.get("cell", []),
+                                                                       cells.get("dev_bleu_auc", []), strict=True)}
+    seeds_frame = seeds_table(groups, {r.cell.name: r.bleu for r in records}, tests, auc) if records \
+        else pd.DataFrame(columns=["group", "seeds", "bleu_mean", "bleu_std"])
+    papers = [(paper, paper_layout(paper, seeds_frame, {row: row for row in by_row}),
+               ordering_verdicts(paper, over)) for paper in PAPER_TABLES
+              if any(ours in rows for _, ours, _ in paper.rows)]
+    grouped_curves = group_curves(curves, groups)
+    forgetting = forgetting_table(cells) if records else pd.DataFrame(columns=["row", "seeds", "bleu",
+                                                                               "upstream_bleu"])
+    extension = extension_table(extension_pairs(knobs), over, forgetting, diagnostics)
+    shared_vocab = [row for row in by_row if row in adapted and (_mean(cells[cells["row"] == row], "updates") or 0)]
+    correlations = rank_correlations(table, shared_vocab)
+    seed_tests = seed_comparisons_table(tests, cfg.target_difference)
+    fit = vocabulary_fit_table(mismatch, diagnostics, lang) if mismatch_tgt is not None else None
+
+    tables = {"report": table, "rows": rows_table, "cells": cells, "seeds": seeds_frame,
+              "seed_comparisons": seed_tests, "correlations": correlations, "learning_curves": grouped_curves,
+              "forgetting": forgetting, "extension": extension}
+    for paper, layout, verdicts in papers:
+        tables[f"paper_{paper.key}"], tables[f"paper_{paper.key}_orderings"] = layout, verdicts
+    markdown = _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves,
+                         threshold, cfg, clusters, forgetting, extension, correlations, shared_vocab, fit,
+                         upstream_sentences, diagnostics, missing_rows, left_out, seeds, baseline)
+    return Built(markdown, tables, grouped_curves, threshold, missing_rows, left_out)
+
+
+def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves, threshold, cfg,
+              clusters, forgetting, extension, correlations, shared_vocab, fit, upstream_sentences, diagnostics,
+              missing_rows, left_out, seeds, baseline) -> str:
+    """report.md: the answer first (the papers' tables, one line per grid row), then the plots and the other
+    sections, then where the cells came from."""
+    machines = cells["machine"].nunique() if len(cells) else 0
+    upstreams = cells["upstream_sha256"].nunique() if len(cells) else 0
+    lead = (f"{f'Study `{study}`: ' if study else ''}{len(cells)} finished cells of {len(by_row)} of the grid's "
+            f"{len(rows)} rows, from {machines} machine(s) and {upstreams} upstream model(s)"
+            + (f"; rows with no finished cell: {', '.join(missing_rows)}" if missing_rows else "")
+            + (f"; {len(left_out)} record(s) left out" if left_out else "")
+            + ". Where each cell came from: the appendix; every cell's figures: `cells.csv`.")
+    units = "test books" if clusters else "test sentences"
+    method = (f"Intervals and p are over seeds and {units} ({cfg.bootstrap_samples} draws of the {units} with "
+              f"replacement, shared by both sides; a t interval over seeds, vocabridge.significance): paired "
+              f"(per-seed differences) where both rows' cells have the same seeds on the same upstream model, "
+              f"Welch where they do not (said so). Decisive needs at least {MIN_SEEDS} seeds a side and an "
+              f"interval that excludes 0; p_holm is Holm's correction over one family.")
+    parts = [lead]
+    if papers:
+        parts.append(
+            "## The papers' tables beside ours\n\nEach published row (BLEU as published, on the paper's data) with "
+            "the row of ours that runs it: mean test BLEU over its seeds and their spread. Below each table, "
+            "every ordering the paper reports, tested on our rows (family: the table's orderings): holds "
+            "(decisive after Holm, same sign), reversed (the same, other sign), not decisive (after Holm), too "
+            f"few seeds (not a finding) or not run. {method}\n\n"
+            + "\n\n".join(_paper_markdown(paper, layout, verdicts, rows) for paper, layout, verdicts in papers))
+    refs = list(tests)
+    shown = ["row", "seeds", "bleu_mean", "ci_low", "ci_high", "bleu_std", "best_update", "best_at_end", "updates",
+             "upstream_bleu", *[f"vs_{ref}" for ref in refs]]
+    parts.append(
+        "## One line per grid row\n\nMean test BLEU over the row's seeds with its 95% interval; best_update: "
+        "updates to the best checkpoint (mean over seeds), best_at_end: cells whose best checkpoint is their last "
+        "(the fine-tune may not have converged), updates: updates run (mean); upstream_bleu: test BLEU on the "
+        "upstream domain (forgetting); vs REF: the row minus the reference (family: the rows against that "
+        "reference; `vs` names the reference's row in this row's regime of train_pairs). "
+        + ("Intervals, pairing and verdicts as above." if papers else method) + "\n\n"
+        + (to_markdown(rows_table.reindex(columns=shown)) if len(rows_table) else "No finished cells yet.\n"))
+    if len(cells):
+        curve_rows = rows_table[["row", "bleu_mean", "best_update"]].merge(
+            cells.groupby("row", sort=False)[["dev_bleu_auc", "updates_to_threshold"]].mean().round(1).reset_index(),
+            on="row")
+        source = "report.curve_threshold" if cfg.curve_threshold is not None else \
+            f"the best dev BLEU of {baseline}, mean over its seeds"
+        parts.append(
+            "## Plots\n\n![BLEU per row](bleu.png)\n\n![Learning curves](learning_curves.png)"
+            + ("\n\n![Forgetting](forgetting.png)" if len(forgetting) else "")
+            + "\n\n### Learning curves\n\nDev BLEU (greedy) during fine-tuning, a row's seeds as their mean and "
+            "range (`learning_curves.csv`); dev_bleu_auc: mean dev BLEU over the run (area under the curve / "
+            f"updates), updates_to_threshold: first evaluated update with dev BLEU >= "
+            f"{threshold if threshold is not None else 'n/a'} ({source}); means over seeds.\n\n"
+            + to_markdown(curve_rows))
+        parts.append(
+            "## Comparisons over seeds and sentences\n\nEvery row against every reference, with the design's "
+            "reach: detectable, the smallest true difference it finds with 80% power at the 5% level; "
+            f"detectable_5_seeds, the same with 5 seeds a side; seeds_for_{cfg.target_difference:g}, seeds a side "
+            f"to detect {cfg.target_difference:g} BLEU (empty: not with 100 seeds, or a side has one seed).\n\n"
+            + to_markdown(seed_tests))
+        parts.append(
+            "## Forgetting\n\nTest BLEU on the downstream domain beside test BLEU on the first "
+            f"{upstream_sentences if upstream_sentences is not None else 'N'} pairs of the upstream test set (the "
+            "domain the model came from), mean over each row's seeds: `forgetting.png`.\n\n"
+            + (to_markdown(forgetting) if len(forgetting) else "Not measured (evaluate.upstream_sentences: 0)."))
+        parts.append(
+            "## Extension against replacement\n\nEach row that keeps the pretrained vocabulary and appends pieces of "
+            "the adapted one (`extend: N`) against the same method replacing the vocabulary, over seeds and "
+            "sentences, with upstream BLEU of each.\n\n"
+            + (to_markdown(extension) if len(extension) else "No extension rows in this grid."))
+        if fit is not None:
+            parts.append(
+                "## Vocabulary fit\n\nHow each vocabulary segments the downstream test text: pieces a word "
+                "(fertility), the share of the downstream vocabulary's tokens it lacks (unseen_token_rate) and of "
+                "its own pieces that are unknown (unk_rate). PLM rows: the fixed vocabularies of the AB-Net rows' "
+                "BERTs.\n\n" + to_markdown(fit))
+        if shared_vocab:
+            parts.append(
+                "## Do the diagnostics before fine-tuning predict the final BLEU?\n\nSpearman rank correlation over "
+                f"the fine-tuned rows with the downstream vocabulary ({', '.join(shared_vocab)}), row means; a "
+                "diagnostic that predicts well is near +1 when higher is better, near -1 when lower is better.\n\n"
+                + to_markdown(correlations))
+    neighbours = neighbours_markdown(diagnostics).strip()
+    return "\n\n".join([*parts, *([neighbours] if neighbours else []),
+                        provenance_markdown(cells, rows, by_row, missing_rows, left_out, seeds)])
+
+
+def _paper_markdown(paper: PaperTable, layout: pd.DataFrame, verdicts: pd.DataFrame, rows: Sequence[str]) -> str:
+    """A paper's table and its orderings, cut to the rows of this grid (the CSVs keep them all)."""
+    ours = layout[layout["our_row"].isin(rows)]
+    inside = verdicts["ordering"].map(lambda o: all(side in rows for side in o.split(" > ")))
+    left = len(layout) - len(ours), int((~inside).sum())
+    note = (f"\n{left[0]} of the paper's rows and {left[1]} of its orderings are not rows of this grid "
+            f"(`paper_{paper.key}.csv`, `paper_{paper.key}_orderings.csv`).\n" if any(left) else "")
+    return (f"### {paper.source.removeprefix('published: ')}\n\n" + to_markdown(ours) + "\n"
+            + (to_markdown(verdicts[inside]) if inside.any() else "No ordering of this table has both rows here.\n")
+            + note)
+
+
+def provenance_markdown(cells: pd.DataFrame, rows: Sequence[str], by_row: dict[str, list[CellRecord]],
+                        missing_rows: list[str], left_out: list[tuple[Path, str]], seeds: Sequence[int]) -> str:
+    """The appendix: which cells folders, machines, upstream models (sha256 prefixes) and commits the cells came
+    from, the grid's cells not finished yet, and the records left out with the reason."""
+    out = ["## Appendix: where the cells came from"]
+    if len(cells):
+        def by(column: str, label: str, shown=lambda v: v) -> str:
+            table = pd.DataFrame([{label: shown(key), "cells": len(part), "rows": part["row"].nunique(),
+                                   "seeds": _seed_list(part["seed"].unique().tolist())}
+                                  for key, part in cells.groupby(cells[column].fillna("unknown"), sort=True)])
+            return to_markdown(table)
+
+        out += ["### Cells folders (later folders win for the same cell)", by("cells_folder", "folder"),
+                "### Machines", by("machine", "machine"),
+                "### Upstream models (sha256 of the weights the cells started from)",
+                by("upstream_sha256", "upstream_sha256", lambda v: v[:12]),
+                "### Code commits", by("commit", "commit", lambda v: v[:12] + ("+" if v.endswith("+") else ""))]
+    unfinished = [f"{row}: seed(s) {_seed_list(sorted(set(seeds) - {r.seed for r in by_row[row]}))}"
+                  for row in by_row if set(seeds) - {r.seed for r in by_row[row]}]
+    out.append("### Not finished\n\n" + (
+        "\n".join(f"- {line}" for line in [*(f"{row}: no finished cell" for row in missing_rows), *unfinished])
+        or "Every cell of the grid's rows and seeds is finished."))
+    out.append("### Records left out\n\n" + ("\n".join(f"- `{path}`: {reason}" for path, reason in left_out)
+                                            or "None."))
+    return "\n\n".join(out) + "\n"
+
+
+def write_report(built: Built, folder: Path) -> None:
+    """The report's files into `folder`: report.md, every table as NAME.csv (cells.csv: one line per cell), and
+    the plots."""
+    for name, table in built.tables.items():
+        table.to_csv(folder / f"{name}.csv", index=False)
+    (folder / "report.md").write_text(built.markdown, encoding="utf-8")
+    table = built.tables["report"]
+    if (table["source"] == "vocabridge").any():
+        bleu_plot(table, folder / "bleu.png")
+        learning_curves_plot(built.curves, built.threshold, folder / "learning_curves.png")
+    if len(built.tables["forgetting"]):
+        forgetting_plot(built.tables["forgetting"], folder / "forgetting.png")

@@ -186,27 +186,57 @@ def sentence_variance(method: np.ndarray, reference: np.ndarray, clusters: Seque
     statistics. Returns (variance, df, clusters). The bootstrap variance of a mean over C units is (C-1)/C of
     the unbiased one, which matters for 11 books, so it is scaled by C/(C-1); its df is Kish's effective number
     of clusters less one (one large book weighs like several small ones)."""
-    n = method.shape[1]
-    if clusters is None:
-        labels, per_m, per_r = np.arange(n), method, reference
-    else:
-        if len(clusters) != n:
-            raise ValueError(f"clusters: one per test sentence ({n}), got {len(clusters)}")
-        labels = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)[1]
-        order = np.argsort(labels, kind="stable")
-        starts = np.flatnonzero(np.r_[True, np.diff(labels[order]) > 0])
-        per_m = np.add.reduceat(method[:, order], starts, axis=1)  # (seeds, clusters, k)
-        per_r = np.add.reduceat(reference[:, order], starts, axis=1)
-    sizes = np.bincount(labels).astype(float)
+    (per_m, per_r), sizes = _by_cluster([method, reference], clusters)
     units = len(sizes)
-    if units < 2:
-        raise ValueError("the test set needs at least two clusters to be drawn again")
     rng = np.random.default_rng(seed)
     draws = _draws(rng, units, n_samples)  # (samples, clusters)
     bleu_m, bleu_r = score(_totals(draws, per_m)), score(_totals(draws, per_r))  # (samples, seeds)
     deltas = bleu_m.mean(1) - bleu_r.mean(1)
     effective = sizes.sum() ** 2 / (sizes**2).sum()
     return float(deltas.var(ddof=1) * units / (units - 1)), float(max(effective - 1, 1.0)), units
+
+
+def _by_cluster(sides: list[np.ndarray], clusters: Sequence[Hashable] | None) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each side's (seeds, sentences, k) statistics summed per cluster (sentences one by one without `clusters`),
+    and the clusters' sizes."""
+    n = sides[0].shape[1]
+    if clusters is None:
+        labels, per = np.arange(n), list(sides)
+    else:
+        if len(clusters) != n:
+            raise ValueError(f"clusters: one per test sentence ({n}), got {len(clusters)}")
+        labels = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)[1]
+        order = np.argsort(labels, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(labels[order]) > 0])
+        per = [np.add.reduceat(side[:, order], starts, axis=1) for side in sides]  # (seeds, clusters, k)
+    sizes = np.bincount(labels).astype(float)
+    if len(sizes) < 2:
+        raise ValueError("the test set needs at least two clusters to be drawn again")
+    return per, sizes
+
+
+def mean_interval(runs: list[list[str]], refs: list[str], clusters: Sequence[Hashable] | None = None,
+                  n_samples: int = 1000, seed: int = 12345) -> Interval:
+    """One row's mean corpus BLEU over its seeds (each seed one list of hypotheses) with a 95% t interval that
+    counts both sources of luck, as `compare` does for a difference."""
+    _check(runs, runs[:1], refs)
+    return mean_interval_statistics(np.stack([sentence_statistics(h, refs) for h in runs]), clusters, n_samples,
+                                    seed)
+
+
+def mean_interval_statistics(stats: np.ndarray, clusters: Sequence[Hashable] | None = None, n_samples: int = 1000,
+                             seed: int = 12345, score: Score = corpus_bleu) -> Interval:
+    """`mean_interval` on (seeds, sentences, k) statistics: the seeds' spread / k plus the variance of the mean
+    when the test set is drawn again (by cluster), df by Satterthwaite. One seed: the test set's term alone (its
+    seed luck is unknown, so the interval is too narrow for a verdict; the comparisons say so)."""
+    (per,), sizes = _by_cluster([stats], clusters)
+    units = len(sizes)
+    means = score(_totals(_draws(np.random.default_rng(seed), units, n_samples), per)).mean(1)
+    effective = sizes.sum() ** 2 / (sizes**2).sum()
+    scores = score(stats.sum(1))
+    parts = [(float(scores.var(ddof=1)) / len(scores), len(scores) - 1.0)] if len(scores) > 1 else []
+    parts.append((float(means.var(ddof=1) * units / (units - 1)), float(max(effective - 1, 1.0))))
+    return _interval(float(scores.mean()), parts)
 
 
 @dataclass(frozen=True)
@@ -227,8 +257,6 @@ def t_interval(method: Sequence[float], reference: Sequence[float], paired: bool
     paired, the variance of the per-seed differences / k (df k-1); unpaired, Welch's; either plus the test
     set's variance `sentence_var` (with its `sentence_df`), the df combined by Satterthwaite. A side with one
     seed adds no seed variance (it cannot be measured: such a comparison is never decisive)."""
-    from scipy import stats
-
     m, r = np.asarray(method, dtype=float), np.asarray(reference, dtype=float)
     if paired:
         if len(m) != len(r):
@@ -238,7 +266,13 @@ def t_interval(method: Sequence[float], reference: Sequence[float], paired: bool
     else:
         parts = [(float(x.var(ddof=1)) / len(x), len(x) - 1.0) for x in (m, r) if len(x) > 1]
     parts.append((float(sentence_var), float(sentence_df)))
-    delta = float(m.mean() - r.mean())
+    return _interval(float(m.mean() - r.mean()), parts, level)
+
+
+def _interval(delta: float, parts: list[tuple[float, float]], level: float = 1 - ALPHA) -> Interval:
+    """A t interval around `delta` from independent variance estimates (variance, df)."""
+    from scipy import stats
+
     std_error = math.sqrt(sum(v for v, _ in parts))
     df = _satterthwaite(parts)
     if std_error == 0:
