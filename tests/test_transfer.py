@@ -285,7 +285,7 @@ def test_bad_input_is_a_clear_error(side):
     narrow = Side("encoder", OLD, NEW, side.emb, kv({"▁a": np.ones(D)}).__class__(vector_size=3), aux_file="x.bin")
     with pytest.raises(InputError, match="x.bin: vectors have dimension 3, the model's embeddings 6"):
         cbow(narrow, knobs(), np.random.default_rng(0))
-    with pytest.raises(ConfigError, match="transfer: unknown method 'va-lm'"):
+    with pytest.raises(ConfigError, match="rows.va-lm: unknown method .va-lm."):
         knobs_for("va-llm", {"va-lm": TransferMethod(k=5)})
     assert knobs_for("va-llm", {"va-llm": TransferMethod(k=5)}).shared == "reproject"
     assert knobs_for("ft-tgtv-random", {}).shared == "copy"
@@ -297,13 +297,14 @@ def test_named_rows_run_a_method_with_their_own_knobs():
     assert both.method == "patt-eg-kd" and both.sides == "both" and both.max_members == 10
     assert knobs_for("patt-eg-kd", rows).sides == "decoder"  # the method's own row keeps its defaults
     assert get_method("patt-eg-kd-both", rows) is METHODS["patt-eg-kd"]
-    assert generators_needed(["va-llm", "patt-eg-kd-both"], rows) == ["patt-kd-both"]
-    assert generators_needed(["patt-eg-kd", "patt-eg-kd-both", "att-eg"], rows) == ["att", "patt-kd", "patt-kd-both"]
-    with pytest.raises(ConfigError, match="methods: unknown method 'patt-eg-both'"):
+    assert generators_needed(rows) == ["patt-kd-both"]
+    assert generators_needed(rows | {"patt-eg-kd": TransferMethod(), "att-eg": TransferMethod()}) == \
+        ["att", "patt-kd", "patt-kd-both"]
+    with pytest.raises(ConfigError, match="rows.patt-eg-both: unknown method .patt-eg-both."):
         get_method("patt-eg-both", rows)
-    with pytest.raises(ConfigError, match="transfer.x.method: unknown method 'patt'"):
+    with pytest.raises(ConfigError, match="rows.x.method: unknown method .patt."):
         knobs_for("va-llm", {"x": TransferMethod(method="patt")})
-    with pytest.raises(ConfigError, match="transfer.va-llm.method: 'va-llm' is a method itself"):
+    with pytest.raises(ConfigError, match="rows.va-llm.method: .va-llm. is a method itself"):
         knobs_for("va-llm", {"va-llm": TransferMethod(method="fvt")})
 
 
@@ -453,14 +454,14 @@ def test_extension_keeps_every_pretrained_row_and_appends_the_new_ones(tmp_path,
 
 
 def test_a_generator_row_on_another_upstream_model_is_a_named_error():
-    with pytest.raises(ConfigError, match="transfer.g.upstream: 'ft-tgtv'"):
+    with pytest.raises(ConfigError, match="rows.g.upstream: 'ft-tgtv'"):
         knobs_for("g", {"g": TransferMethod(method="patt-eg-kd", upstream="ft-tgtv")})
 
 
 def test_extension_is_refused_for_methods_that_adapt_nothing():
-    with pytest.raises(ConfigError, match="transfer.x.extend"):
+    with pytest.raises(ConfigError, match="rows.x.extend"):
         knobs_for("x", {"x": TransferMethod(method="ft-srcv", extend=10)})
-    with pytest.raises(ConfigError, match="transfer.y.extend"):
+    with pytest.raises(ConfigError, match="rows.y.extend"):
         knobs_for("y", {"y": TransferMethod(method="va-llm", extend=-1)})
 
 
