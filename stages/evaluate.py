@@ -22,7 +22,7 @@ from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.evaluate import score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
-from vocabridge.grid import VERSION, Cell, code_commit, machine, text_digest
+from vocabridge.grid import VERSION, Cell, code_commit, condition_digest, machine, text_digest
 from vocabridge.nmt.precision import Precision
 from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import ModelTranslator
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> None:
         up_refs = read_text_lines(up / f"test.{lang.tgt}")[:n]
         upstream_hyps, _ = decode(up_sources)
         metrics["upstream"] = {"test_sentences": len(up_sources), **score(upstream_hyps, up_refs)}
-    record = cell_record(cell, params, metrics, refs, up_refs)
+    record = cell_record(cell, params, metrics, refs, up_refs, abnet)
     with atomic_dir(cells.cell_record(cell)) as tmp:
         write_lines(tmp / "hyp.txt", hyps)
         if upstream_hyps:
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> None:
           | ({"upstream_bleu": metrics["upstream"]["bleu"]} if "upstream" in metrics else {}))
 
 
-def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: list[str]) -> dict:
+def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: list[str], abnet: bool) -> dict:
     """Everything the report reads of a cell, from this stage's scores and the earlier stages' files."""
     import time
 
@@ -92,19 +92,21 @@ def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: lis
 
     stamp = read(cells.row_file(cell.row))
     train_pairs = stamp["knobs"].get("train_pairs")
+    train_pairs = params.finetune.train_pairs if train_pairs is None else train_pairs
+    training = asdict(params.abnet.finetune if abnet else params.finetune.train)
     return {
         "version": VERSION, "study": params.profile, "row": cell.row, "seed": cell.seed, "cell": cell.name,
         "method": stamp["method"], "knobs": stamp["knobs"], "knobs_digest": stamp["knobs_digest"],
         "upstream": stamp["upstream"],
+        "condition_digest": condition_digest(training, asdict(params.evaluate), train_pairs),
         "test": {"sentences": len(refs), "digest": text_digest(refs)},
         "upstream_test": {"sentences": len(up_refs), "digest": text_digest(up_refs)} if up_refs else None,
         "metrics": metrics,
         "finetune": read(cells.per_cell(paths.METRICS / "finetune", cell, ".json")),
         "transfer": read(cells.per_cell(paths.METRICS / "transfer", cell, ".json")),
         "diagnostics": read(cells.per_cell(paths.DIAGNOSTICS, cell, ".json")),
-        "params": {"lang": asdict(params.lang), "finetune": asdict(params.finetune.train),
-                   "evaluate": asdict(params.evaluate),
-                   "train_pairs": params.finetune.train_pairs if train_pairs is None else train_pairs},
+        "params": {"lang": asdict(params.lang), "finetune": training, "evaluate": asdict(params.evaluate),
+                   "train_pairs": train_pairs},
         "machine": machine(), "commit": code_commit(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -10,6 +10,7 @@ vocabridge/report.py; this entry point only finds the files.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from stages import _paths as paths
@@ -17,7 +18,7 @@ from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
-from vocabridge.grid import knobs_digest, read_cells, text_digest
+from vocabridge.grid import condition_digest, knobs_digest, read_cells, text_digest
 from vocabridge.report import grid_report, write_report
 from vocabridge.significance import clusters_from_ids
 from vocabridge.transfer import get_method, knobs_for, resolved_knobs
@@ -31,7 +32,8 @@ def main(argv: list[str]) -> None:
     refs = read_text_lines(paths.CORPORA / "downstream" / f"test.{lang.tgt}")
     mismatch = json.loads((paths.REPORTS / "mismatch.json").read_text(encoding="utf-8"))
     expected = {row: knobs_digest(resolved_knobs(row, rows)) for row in rows}
-    gathered = read_cells([RESULTS / params.profile / "cells", paths.CELLS], expected, test_digest=text_digest(refs))
+    gathered = read_cells([RESULTS / params.profile / "cells", paths.CELLS], expected, test_digest=text_digest(refs),
+                          conditions={row: condition(params, row) for row in rows})
     adapted = {row for row in rows  # new tokens on the base model: their zero-shot figures compare
                if get_method(row, rows).vocabulary == "downstream" and knobs_for(row, rows).upstream == "base"}
     built = grid_report(gathered, list(rows), refs, params.report, seeds=params.seeds,
@@ -40,6 +42,14 @@ def main(argv: list[str]) -> None:
     with atomic_dir(paths.REPORTS / "results") as tmp:
         write_report(built, tmp)
     print(built.markdown)
+
+
+def condition(params, row: str) -> str:
+    """The regime the row's cells must have run under to pool: today's fine-tune, sample and decoding."""
+    pairs = knobs_for(row, params.rows).train_pairs
+    training = params.abnet.finetune if get_method(row, params.rows).family == "abnet" else params.finetune.train
+    return condition_digest(asdict(training), asdict(params.evaluate),
+                            params.finetune.train_pairs if pairs is None else pairs)
 
 
 def book_clusters(sentences: int) -> list[str] | None:

@@ -62,6 +62,18 @@ def knobs_digest(knobs: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+COMPUTE_ONLY = ("seed", "threads")  # training settings that do not define the experiment (a cell has its own seed;
+#                                   threads change the last bits only)
+
+
+def condition_digest(training: dict, evaluate: dict, train_pairs: int) -> str:
+    """A short hash of the regime a cell ran under (its fine-tune's budget and schedule, its sample of training
+    pairs, its decoding): cells of one row pool only under the same condition."""
+    return knobs_digest({"finetune": {k: v for k, v in training.items() if k not in COMPUTE_ONLY},
+                         "evaluate": {k: evaluate.get(k) for k in ("beam", "length_penalty", "upstream_sentences")},
+                         "train_pairs": train_pairs})
+
+
 def text_digest(lines: list[str]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()[:16]
 
@@ -130,9 +142,16 @@ def read_record(folder: Path, source: str = "") -> CellRecord:
         raise InputError(f"{path}: not a cell record ({err})") from None
     hyp = folder / "hyp.txt"
     up = folder / "upstream_hyp.txt"
-    return CellRecord(row, seed, data, folder, source,
-                      hyp.read_text(encoding="utf-8").splitlines() if hyp.is_file() else [],
-                      up.read_text(encoding="utf-8").splitlines() if up.is_file() else [])
+    return CellRecord(row, seed, data, folder, source, _lines(hyp), _lines(up))
+
+
+def _lines(path: Path) -> list[str]:
+    """One hypothesis a line, split on '\n' only (str.splitlines also splits on '\r', '\x85', U+2028, which a
+    hypothesis may hold); [] when the file is absent."""
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8")
+    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n") if text else []
 
 
 def find_records(root: Path) -> list[Path]:
@@ -150,12 +169,14 @@ class Gathered:
 
 
 def read_cells(folders: list[Path], expected: dict[str, str], seeds_of: dict[str, list[int]] | None = None,
-               test_digest: str | None = None) -> Gathered:
+               test_digest: str | None = None, conditions: dict[str, str] | None = None) -> Gathered:
     """The records of the grid's rows found in `folders`, later folders winning for the same cell.
 
     `expected` maps each row to its knobs digest: a record of another digest ran other knobs and is left out, as is
-    one scored on another test set (`test_digest`). Records of rows not in the grid are ignored; so are extra seeds
-    beyond `seeds_of` when it is given (None: every seed found counts, so later sessions' seeds add up)."""
+    one scored on another test set (`test_digest`) or run under another condition (`conditions`: row -> its
+    condition_digest; a fine-tune's other budget, sample or decoding). Records of rows not in the grid are ignored;
+    so are extra seeds beyond `seeds_of` when it is given (None: every seed found counts, so later sessions' seeds
+    add up)."""
     found: dict[Cell, CellRecord] = {}
     left_out: list[tuple[Path, str]] = []
     for folder in folders:
@@ -171,6 +192,11 @@ def read_cells(folders: list[Path], expected: dict[str, str], seeds_of: dict[str
             test = (record.data.get("test") or {}).get("digest")
             if test_digest is not None and test != test_digest:
                 left_out.append((cell_dir, f"scored on another test set ({test} != {test_digest})"))
+                continue
+            condition = record.data.get("condition_digest")
+            if conditions is not None and condition != conditions.get(record.row):
+                left_out.append((cell_dir, f"another condition (fine-tune, sample or decoding: {condition} != "
+                                           f"{conditions.get(record.row)})"))
                 continue
             found[record.cell] = record
     missing = []
