@@ -4,6 +4,7 @@ the cell's record.
 Also the first `evaluate.upstream_sentences` pairs of the upstream test set, the same way: what adapting cost
 on the original domain (forgetting). With `evaluate.latency_sentences` N, the first N test sentences once more,
 one at a time: milliseconds a sentence, the latency Guo et al. compare.
+Also the dev verses of the books no checkpoint selection read (`evaluate.heldout_dev`): a second test set.
 Writes data/cells/ROW/sSEED/: record.json (what the report needs of the cell: its metrics, the fine-tune's summary
 and learning curve, the transfer diagnostics, the row's knobs and upstream model hash, the test set's digest, the
 machine and the code commit), hyp.txt, upstream_hyp.txt and curve.csv. The record is small text, to be committed
@@ -72,11 +73,21 @@ def main(argv: list[str]) -> None:
         up_refs = read_text_lines(up / f"test.{lang.tgt}")[:n]
         upstream_hyps, _ = decode(up_sources)
         metrics["upstream"] = {"test_sentences": len(up_sources), **score(upstream_hyps, up_refs)}
+    dev_sources, dev_refs, dev_books = heldout_dev(params, abnet) if cfg.heldout_dev else ([], [], [])
+    dev_hyps = []
+    if dev_sources:
+        dev_hyps, _ = decode(dev_sources)
+        metrics["heldout_dev"] = {"test_sentences": len(dev_sources), "books": dev_books,
+                                  **score(dev_hyps, dev_refs)}
     record = cell_record(cell, params, metrics, refs, up_refs, abnet)
+    if dev_refs:
+        record["heldout_dev_test"] = {"sentences": len(dev_refs), "digest": text_digest(dev_refs), "books": dev_books}
     with atomic_dir(cells.cell_record(cell)) as tmp:
         write_lines(tmp / "hyp.txt", hyps)
         if upstream_hyps:
             write_lines(tmp / "upstream_hyp.txt", upstream_hyps)
+        if dev_hyps:
+            write_lines(tmp / "dev_hyp.txt", dev_hyps)
         curve(cells.per_cell(paths.PLOTS / "finetune", cell)).to_csv(tmp / "curve.csv", index=False)
         write_json(tmp / "record.json", record)
     print({k: metrics[k] for k in ("method", "bleu", "chrf", "ter", "sentences_per_second")}
@@ -109,6 +120,21 @@ def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: lis
                    "train_pairs": train_pairs},
         "machine": machine(), "commit": code_commit(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def heldout_dev(params, abnet: bool) -> tuple[list[str], list[str], list[str]]:
+    """The second test set: dev pairs of the books that no checkpoint selection read (the fine-tune selects on the
+    first dev_sentences dev pairs), in order; empty where the corpus has no verse ids (a user's files)."""
+    corpus, lang = paths.CORPORA / "downstream", params.lang
+    ids_file = corpus / "dev.ids"
+    if not ids_file.is_file():
+        return [], [], []
+    books = [verse.split(".", 1)[0] for verse in read_text_lines(ids_file)]
+    selection = (params.abnet.finetune if abnet else params.finetune.train).dev_sentences
+    seen = set(books[:selection])
+    keep = [i for i, book in enumerate(books) if book not in seen]
+    sources, refs = (read_text_lines(corpus / f"dev.{code}") for code in (lang.src, lang.tgt))
+    return [sources[i] for i in keep], [refs[i] for i in keep], sorted({books[i] for i in keep})
 
 
 def curve(plots):

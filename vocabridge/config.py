@@ -433,6 +433,8 @@ class Evaluate:
     upstream_sentences: int = 500  # forgetting: BLEU on the first N upstream test pairs too (0: not measured)
     latency_sentences: int = 0  # latency as Guo et al. measure it: the first N test sentences decoded one at a
     #                             time, mean milliseconds a sentence (0: not measured)
+    heldout_dev: bool = True  # a second test set: the dev sentences of the books that checkpoint selection never
+    #                           read (dev sentences after the fine-tune's first dev_sentences, other books only)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from vocabridge.fileio import atomic_dir
 
 RECORD = "record.json"
 VERSION = 1
-FILES = ("hyp.txt", "upstream_hyp.txt", "curve.csv")  # a cell's text beside its record
+FILES = ("hyp.txt", "upstream_hyp.txt", "dev_hyp.txt", "curve.csv")  # a cell's text beside its record
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,7 @@ class CellRecord:
     source: str = ""  # which cells folder it came from
     hyps: list[str] = field(default_factory=list)
     upstream_hyps: list[str] = field(default_factory=list)
+    dev_hyps: list[str] = field(default_factory=list)  # the held-out dev books: a second test set
 
     @property
     def cell(self) -> Cell:
@@ -142,7 +143,7 @@ def read_record(folder: Path, source: str = "") -> CellRecord:
         raise InputError(f"{path}: not a cell record ({err})") from None
     hyp = folder / "hyp.txt"
     up = folder / "upstream_hyp.txt"
-    return CellRecord(row, seed, data, folder, source, _lines(hyp), _lines(up))
+    return CellRecord(row, seed, data, folder, source, _lines(hyp), _lines(up), _lines(folder / "dev_hyp.txt"))
 
 
 def _lines(path: Path) -> list[str]:
