@@ -108,7 +108,7 @@ def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: lis
     return {
         "version": VERSION, "study": params.profile, "row": cell.row, "seed": cell.seed, "cell": cell.name,
         "method": stamp["method"], "knobs": stamp["knobs"], "knobs_digest": stamp["knobs_digest"],
-        "upstream": stamp["upstream"],
+        "upstream": stamp["upstream"], "condition": stamp.get("condition"),
         "condition_digest": condition_digest(training, asdict(params.evaluate), train_pairs),
         "test": {"sentences": len(refs), "digest": text_digest(refs)},
         "upstream_test": {"sentences": len(up_refs), "digest": text_digest(up_refs)} if up_refs else None,
