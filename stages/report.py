@@ -3,23 +3,27 @@
 It reads the cells committed under results/PROFILE/cells (other sessions' and machines') and the workspace's own
 data/cells (which win for the same cell), keeps those that ran the grid's rows with today's knobs on today's test
 set, and writes data/reports/results: report.md (the papers' tables with their verdicts, one line per grid row,
-the plots, where the cells came from), the CSVs (cells.csv: one line per cell) and the plots. The logic lives in
-vocabridge/report.py; this entry point only finds the files.
+the plots, where the cells came from), the CSVs (cells.csv: one line per cell) and the plots. The second test set
+is the dev verses of the books the records' `heldout_dev_test` names (data/corpora/downstream/dev.ids), checked
+against its digest. The logic lives in vocabridge/report.py; this entry point only finds the files.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
 from stages import _paths as paths
+from vocabridge.corpora.bible import BOOKS
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
 from vocabridge.grid import condition_digest, knobs_digest, read_cells, text_digest
-from vocabridge.report import grid_report, write_report
+from vocabridge.report import HeldOut, grid_report, write_report
 from vocabridge.significance import clusters_from_ids
 from vocabridge.transfer import get_method, knobs_for, resolved_knobs
 
@@ -36,9 +40,12 @@ def main(argv: list[str]) -> None:
                           conditions={row: condition(params, row) for row in rows})
     adapted = {row for row in rows  # new tokens on the base model: their zero-shot figures compare
                if get_method(row, rows).vocabulary == "downstream" and knobs_for(row, rows).upstream == "base"}
+    test_ids = paths.CORPORA / "downstream" / "test.ids"
+    test_books = book_names(clusters_from_ids(read_text_lines(test_ids))) if test_ids.is_file() else None
     built = grid_report(gathered, list(rows), refs, params.report, seeds=params.seeds,
                         clusters=book_clusters(len(refs)), adapted=adapted, mismatch=mismatch, lang=lang,
-                        upstream_sentences=params.evaluate.upstream_sentences, study=params.profile)
+                        upstream_sentences=params.evaluate.upstream_sentences, study=params.profile,
+                        test_books=test_books, heldout=heldout_set(gathered.records, lang.tgt))
     with atomic_dir(paths.REPORTS / "results") as tmp:
         write_report(built, tmp)
     print(built.markdown)
@@ -63,6 +70,39 @@ def book_clusters(sentences: int) -> list[str] | None:
         raise InputError(f"{path}: {len(ids)} verse ids for {sentences} test sentences; run `dvc repro prepare`")
     books = clusters_from_ids(ids)
     return books if len(set(books)) > 1 else None
+
+
+def heldout_set(records, tgt: str) -> HeldOut | None:
+    """The second test set the records were scored on: the dev.TGT lines of the books their `heldout_dev_test`
+    names, in corpus order, each with its book; the (digest, books) most records have, where its references
+    still have that digest. None where no record has dev_hyp.txt, or the corpus has no dev.ids or changed."""
+    found = Counter((test["digest"], tuple(test["books"])) for r in records
+                    if r.dev_hyps and isinstance(test := r.data.get("heldout_dev_test"), dict)
+                    and "digest" in test and test.get("books"))
+    corpus = paths.CORPORA / "downstream"
+    if not found or not (corpus / "dev.ids").is_file():
+        return None
+    ids, dev = read_text_lines(corpus / "dev.ids"), read_text_lines(corpus / f"dev.{tgt}")
+    if len(ids) != len(dev):
+        raise InputError(f"{corpus / 'dev.ids'}: {len(ids)} verse ids for {len(dev)} dev sentences; run `dvc repro "
+                         "prepare`")
+    books = clusters_from_ids(ids)
+    for (digest, held), cells in found.most_common():
+        keep = [i for i, book in enumerate(books) if book in held]
+        refs = [dev[i] for i in keep]
+        if text_digest(refs) == digest:
+            clusters = [books[i] for i in keep]
+            return HeldOut(refs, clusters if len(set(clusters)) > 1 else None, digest, book_names(held))
+        print(f"report: {cells} record(s) were scored on the dev verses of books {', '.join(held)}, which "
+              f"{corpus / f'dev.{tgt}'} no longer has as they were ({digest} != {text_digest(refs)}): no second "
+              "test set from them", file=sys.stderr)
+    return None
+
+
+def book_names(books) -> list[str]:
+    """Book numbers (the Bible recipe's ids) as names, in order: '43' -> 'John'; other ids as they are."""
+    distinct = sorted(set(books), key=lambda b: (not b.isdigit(), int(b) if b.isdigit() else 0, b))
+    return [BOOKS[int(b) - 1] if b.isdigit() and 0 < int(b) <= len(BOOKS) else b for b in distinct]
 
 
 if __name__ == "__main__":

@@ -2,12 +2,17 @@
 
 Its method, its resolved knobs (and their digest, which every cell record of the row carries) and the sha256 of
 each resource its method draws on: its upstream model, the CBOW vectors (methods that use them), its trained
-generator. The row's cells depend on this file instead of on the resource folders, so a new upstream model,
-generator or CBOW run reruns only the cells of the rows that use it; this stage reruns whenever any resource
-changes, which costs a few seconds of hashing.
+generator; and the condition its cells run under (`condition`: how its upstream model's embeddings started before
+pretraining, which upstream model and its recipe, the shared-token policy and the sides), which evaluate copies
+into each cell record so that the report never makes a verdict of a comparison across conditions. The row's cells
+depend on this file instead of on the resource folders, so a new upstream model, generator or CBOW run reruns only
+the cells of the rows that use it; this stage reruns whenever any resource changes, which costs a few seconds of
+hashing.
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 from stages import _cells as cells
 from stages import _paths as paths
@@ -22,6 +27,24 @@ def upstream_weights(name: str, family: str):
     """The weights file of an upstream model (a Marian model, or an AB-Net's trained part)."""
     folder = paths.upstream(name)
     return folder / ("adapters.safetensors" if family == "abnet" else "model.safetensors")
+
+
+def condition(params, knobs, family: str) -> dict:
+    """The condition a row's cells run under: `pretrain_init` (how its upstream model's embedding rows started:
+    params.pretrain.init, which the base model and every `upstreams` entry share; `external model` for the user's
+    model; an AB-Net's: its BERTs pretrained or random), the upstream model and its recipe (None for the base
+    model), the shared-token policy and the sides."""
+    name = knobs.upstream
+    if family == "abnet":
+        entry = params.abnets[name]
+        init = f"abnet: {'pretrained BERTs' if entry.plms else 'random'}" + (
+            "" if entry.upstream else ", no upstream training")
+        recipe = asdict(entry)
+    else:
+        init = "external model" if params.pretrain.external_model else params.pretrain.init
+        recipe = asdict(params.upstreams[name]) if name != "base" else None
+    return {"pretrain_init": init, "upstream": name, "upstream_recipe": recipe, "shared": knobs.shared,
+            "sides": knobs.sides}
 
 
 def main(argv: list[str]) -> None:
@@ -53,6 +76,7 @@ def main(argv: list[str]) -> None:
     write_json(cells.row_file(row), {
         "row": row, "method": resolved["method"], "knobs": resolved, "knobs_digest": knobs_digest(resolved),
         "upstream": {"name": knobs.upstream, "sha256": sha256_file(files["upstream"])},
+        "condition": condition(params, knobs, method.family),
         "resources": {key: {"path": str(path), "sha256": sha256_file(path)} for key, path in files.items()},
     })
     print(row, {key: str(path) for key, path in files.items()})

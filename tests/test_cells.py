@@ -12,7 +12,7 @@ import sacrebleu
 
 from vocabridge.config import Report
 from vocabridge.grid import commit_cells, knobs_digest, read_cells, text_digest
-from vocabridge.report import grid_report, write_report
+from vocabridge.report import DIFFER, HeldOut, grid_report, write_report
 
 WORDS = ("and the word was with god and the word was god in the beginning the same was with god all things were "
          "made by him and without him was not any thing made that was made in him was life and the life was the "
@@ -25,32 +25,51 @@ AVX2 = {"cpu": "Test Xeon", "capability": "AVX2", "bf16_native": False, "threads
 AVX512 = {"cpu": "Test Xeon Platinum", "capability": "AVX512", "bf16_native": True, "threads": 4, "cores": 4,
           "gpu": None}
 UP_A, UP_B, UP_C = "a" * 64, "b" * 64, "c" * 64
-QUALITY = {"ft-srcv": 4, "va-llm": 6, "ft-tgtv-random": 5}  # every N-th word damaged: higher is better
+QUALITY = {"ft-srcv": 4, "va-llm": 6, "ft-tgtv-random": 5, "va-linear": 5}  # every N-th word damaged: higher is
+#                                                                            better
+SHARED = {"ft-srcv": "copy", "va-llm": "reproject", "ft-tgtv-random": "copy", "va-linear": "reproject"}
+KNOBS |= {"va-linear": {"method": "va-linear", "train_pairs": None, "upstream": "base"}}
+# the second test set: the dev verses of two books no checkpoint selection read
+DEV_REFS = [" ".join(WORDS[(5 * i + 2) % 40:(5 * i + 2) % 40 + 5 + i % 4]) for i in range(24)]
+DEV_BOOKS = ["44"] * 12 + ["45"] * 12
+HELDOUT = HeldOut(DEV_REFS, DEV_BOOKS, text_digest(DEV_REFS), ["Acts", "Romans"])
 
 
-def hypotheses(row: str, seed: int) -> list[str]:
+def hypotheses(row: str, seed: int, refs: list[str] = REFS) -> list[str]:
     """A system of the row's quality, a little different per seed (which sentences are damaged)."""
     every = QUALITY[row]
     return [" ".join("x" if (j + seed * (i % 3)) % every == 0 else w for j, w in enumerate(ref.split()))
-            for i, ref in enumerate(REFS)]
+            for i, ref in enumerate(refs)]
 
 
 def write_cell(folder: Path, row: str, seed: int, machine: dict, upstream: str, knobs_digest_: str | None = None,
-               test_digest: str | None = None) -> Path:
-    """A finished cell as stages/evaluate.py writes it: record.json, hyp.txt and curve.csv."""
+               test_digest: str | None = None, dev: str | None = None, init: str | None = "random") -> Path:
+    """A finished cell as stages/evaluate.py writes it: record.json, hyp.txt and curve.csv; with `dev` (the
+    digest its held-out dev set had) dev_hyp.txt and heldout_dev_test; with `init` the row stamp's `condition`
+    (None: an older record without one)."""
     hyps = hypotheses(row, seed)
     cell = folder / row / f"s{seed}"
     cell.mkdir(parents=True)
     bleu = sacrebleu.corpus_bleu(hyps, [REFS]).score
     record = {"version": 1, "study": "test", "row": row, "seed": seed, "cell": f"{row}-{seed}", "method": row,
-              "knobs": KNOBS[row], "knobs_digest": knobs_digest_ or knobs_digest(KNOBS[row]),
+              "knobs": KNOBS[row] | {"shared": SHARED[row], "sides": "both"},
+              "knobs_digest": knobs_digest_ or knobs_digest(KNOBS[row]),
               "upstream": {"name": "base", "sha256": upstream},
               "test": {"sentences": len(REFS), "digest": test_digest or text_digest(REFS)}, "upstream_test": None,
               "metrics": {"bleu": round(bleu, 2), "chrf": 50.0, "ter": 60.0, "upstream": {"bleu": 20.0 + seed}},
               "finetune": {"updates": 300, "best_update": 300 if seed % 2 else 250, "seed": seed},
               "transfer": {"dev_bleu": 1.0, "dev_perplexity": 900.0}, "diagnostics": {},
-              "params": {"train_pairs": 1000}, "machine": machine,
+              "params": {"train_pairs": 1000, "finetune": {"max_updates": 300, "patience": 6}}, "machine": machine,
               "commit": "1234567890abcdef" + ("+" if seed > 3 else ""), "finished": "2025-01-01T00:00:00"}
+    if init is not None:
+        record["condition"] = {"pretrain_init": init, "upstream": "base", "upstream_recipe": None,
+                               "shared": SHARED[row], "sides": "both"}
+    if dev is not None:
+        dev_hyps = hypotheses(row, seed, DEV_REFS)
+        record["metrics"]["heldout_dev"] = {"test_sentences": len(DEV_REFS), "books": ["44", "45"],
+                                            "bleu": round(sacrebleu.corpus_bleu(dev_hyps, [DEV_REFS]).score, 2)}
+        record["heldout_dev_test"] = {"sentences": len(DEV_REFS), "digest": dev, "books": ["44", "45"]}
+        (cell / "dev_hyp.txt").write_text("\n".join(dev_hyps) + "\n", encoding="utf-8")
     (cell / "record.json").write_text(json.dumps(record), encoding="utf-8")
     (cell / "hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     (cell / "curve.csv").write_text(f"step,dev_bleu,dev_loss\n0,1.0,5.0\n150,{5 + seed},3.0\n300,{8 + seed},2.5\n")
@@ -60,15 +79,15 @@ def write_cell(folder: Path, row: str, seed: int, machine: dict, upstream: str, 
 @pytest.fixture
 def two_sessions(tmp_path: Path) -> tuple[Path, Path, Path]:
     """Set A (a committed study: seeds 1-3, an AVX2 machine, upstream A) and set B (a later workspace: seeds 4-5,
-    an AVX512 machine, upstream B); ft-tgtv-random's seed 4 started from a third upstream model, and one va-llm
-    record ran other knobs."""
+    an AVX512 machine, upstream B); ft-tgtv-random's seed 4 started from a third upstream model and has no
+    second-set figure, and one va-llm record ran other knobs."""
     a, b = tmp_path / "results" / "cells", tmp_path / "data" / "cells"
     for row in ("ft-srcv", "va-llm", "ft-tgtv-random"):
         for seed in (1, 2, 3):
-            write_cell(a, row, seed, AVX2, UP_A)
+            write_cell(a, row, seed, AVX2, UP_A, dev=HELDOUT.digest)
     for row in ("ft-srcv", "va-llm"):
         for seed in (4, 5):
-            write_cell(b, row, seed, AVX512, UP_B)
+            write_cell(b, row, seed, AVX512, UP_B, dev=HELDOUT.digest)
     write_cell(b, "ft-tgtv-random", 4, AVX512, UP_C)
     other = write_cell(b, "va-llm", 6, AVX512, UP_B, knobs_digest_="0" * 16)
     return a, b, other
@@ -79,7 +98,7 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
     gathered = read_cells([a, b], {row: knobs_digest(KNOBS[row]) for row in ROWS}, test_digest=text_digest(REFS))
     cfg = Report(baseline="ft-srcv", also_against=["ft-tgtv-random"], bootstrap_samples=200)
     built = grid_report(gathered, ROWS, REFS, cfg, seeds=[1, 2, 3, 4, 5], clusters=[b.split(".")[0] for b in BOOKS],
-                        study="test")
+                        study="test", test_books=[f"book {n}" for n in range(43, 49)], heldout=HELDOUT)
     rows = built.tables["rows"].set_index("row")
     assert rows.loc["ft-srcv", "seeds"] == rows.loc["va-llm", "seeds"] == 5  # both sessions' seeds count
     assert rows.loc["ft-tgtv-random", "seeds"] == 4 and rows.loc["ft-srcv", "seed_list"] == "1-5"
@@ -109,6 +128,25 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
     sato = built.tables["paper_sato2020_table3_orderings"].set_index("ordering")
     assert sato.loc["va-llm > ft-srcv", "form"] == "paired" and sato.loc["va-llm > ft-srcv", "seeds"] == "5/5"
     assert sato.loc["ft-tgtv > ft-srcv", "verdict"] == "not run"
+    # the second test set beside the first: the held-out dev books, paired and counted the same way
+    assert rows.loc["va-llm", "heldout_dev_seeds"] == 5 and rows.loc["ft-tgtv-random", "heldout_dev_seeds"] == 3
+    dev_bleu = [sacrebleu.corpus_bleu(hypotheses("va-llm", s, DEV_REFS), [DEV_REFS]).score for s in range(1, 6)]
+    assert rows.loc["va-llm", "heldout_dev_bleu"] == pytest.approx(sum(dev_bleu) / 5, abs=0.01)
+    assert rows.loc["va-llm", "verdict_vs_ft-srcv (dev books)"] == "better"
+    assert rows.loc["va-llm", "vs_ft-srcv (dev books)"].startswith("+")
+    assert rows.loc["va-llm", "form_vs_ft-srcv (dev books)"] == "paired"
+    assert "<5 seeds" in rows.loc["ft-tgtv-random", "vs_ft-srcv (dev books)"]  # seed 4 has no dev_hyp.txt
+    assert sato.loc["va-llm > ft-srcv", "verdict (dev books)"] == "holds"
+    assert sato.loc["ft-srcv > in-domain", "verdict (dev books)"] == "not run"
+    assert sato.loc["va-llm > ft-srcv", "condition"] == (
+        "pretrain.init random; shared reproject vs copy; sides both; budget max 300 updates, patience 6; "
+        "seeds 1-5; machines AVX2/AVX512")
+    assert "| vs_ft-srcv | vs_ft-srcv (dev books) |" in text and "| verdict (dev books) | condition |" in text
+    assert ("The test set is the 36 test verses of 6 books (book 43, book 44, book 45, book 46, book 47 and book "
+            "48); the second test set, `(dev books)`, is the 24 dev verses of 2 books (Acts and Romans), books that "
+            "no checkpoint selection read (13 of the 14 cells have it") in text
+    assert ("### Sato et al. 2020, Table 3, De-En IT->Law, 100k; ours under pretrain.init random, budget max 300 "
+            "updates, patience 6, seeds 1-5, machines AVX2/AVX512") in text
     write_report(built, tmp_path)
     for name in ("report.md", "cells.csv", "rows.csv", "report.csv", "seed_comparisons.csv", "bleu.png",
                  "learning_curves.png", "forgetting.png", "paper_sato2020_table3.csv"):
@@ -116,6 +154,62 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
     report = pd.read_csv(tmp_path / "report.csv")
     ours = report[report["source"] == "vocabridge"].set_index("method")
     assert list(ours.index) == ["ft-srcv", "va-llm", "ft-tgtv-random"] and ours.loc["ft-srcv", "delta_bleu"] == 0
+
+
+def test_rows_under_different_pretraining_inits_are_compared_but_never_a_verdict(tmp_path):
+    """va-linear's upstream model started from CBOW embeddings, the other rows' from random ones: its comparisons
+    are shown, marked, and left out of the families; a record without `condition` (older code) is read from its
+    knobs; one record scored another held-out dev set has no second-set figure."""
+    folder = tmp_path / "cells"
+    for seed in range(1, 6):
+        write_cell(folder, "ft-srcv", seed, AVX2, UP_A, dev=HELDOUT.digest, init=None if seed == 5 else "random")
+        write_cell(folder, "va-llm", seed, AVX2, UP_A, dev="f" * 16 if seed == 5 else HELDOUT.digest)
+        write_cell(folder, "va-linear", seed, AVX2, UP_B, dev=HELDOUT.digest, init="cbow")
+    rows = ["ft-srcv", "va-linear", "va-llm"]
+    gathered = read_cells([folder], {row: knobs_digest(KNOBS[row]) for row in rows}, test_digest=text_digest(REFS))
+    built = grid_report(gathered, rows, REFS, Report(baseline="ft-srcv", bootstrap_samples=200), seeds=[1, 2, 3, 4, 5],
+                        clusters=[b.split(".")[0] for b in BOOKS], heldout=HELDOUT)
+    sato = built.tables["paper_sato2020_table3_orderings"].set_index("ordering")
+    crossed = sato.loc["va-llm > va-linear"]
+    assert crossed["verdict"] == crossed["verdict (dev books)"] == DIFFER
+    assert pd.isna(crossed["p_holm"]) and pd.isna(crossed["p_holm (dev books)"]) and crossed["delta"] > 0
+    assert crossed["condition"].startswith("pretrain.init random vs cbow; shared reproject; sides both;")
+    same = sato.loc["va-llm > ft-srcv"]  # the one ordering under one condition: a family of one
+    assert same["verdict"] == "holds" and same["p_holm"] == same["p_value"]
+    assert same["condition"].startswith("pretrain.init random; shared reproject vs copy;")
+    table = built.tables["rows"].set_index("row")
+    assert table.loc["va-linear", "verdict_vs_ft-srcv"] == DIFFER and pd.isna(table.loc["va-linear",
+                                                                                        "p_holm_vs_ft-srcv"])
+    assert "conditions differ: not a verdict" in table.loc["va-linear", "vs_ft-srcv (dev books)"]
+    assert table.loc["va-llm", "verdict_vs_ft-srcv"] == "better" and table.loc["va-linear", "pretrain_init"] == "cbow"
+    assert table.loc["va-llm", "heldout_dev_seeds"] == 4  # seed 5 scored another dev set
+    assert "va-linear" not in set(built.tables["seed_comparisons"]["row"])  # no verdict, in no family
+    layout = built.tables["paper_sato2020_table3"]
+    ran = layout[layout["seeds"].notna()]
+    assert list(ran["our_row"]) == ["ft-srcv", "va-llm", "va-linear"]  # grouped by condition
+    assert list(ran["pretrain_init"]) == ["random", "random", "cbow"] and list(ran["shared"])[0] == "copy"
+    assert ("ours under pretrain.init random (ft-srcv, va-llm); cbow (va-linear) (orderings across them: not "
+            "verdicts)") in built.markdown
+
+
+def test_the_report_stage_finds_the_held_out_dev_books(tmp_path, monkeypatch):
+    from stages import _paths as paths
+    from stages.report import book_names, heldout_set
+    from vocabridge.grid import read_record
+
+    corpus = tmp_path / "downstream"
+    corpus.mkdir()
+    read_books = ["43"] * 4  # the books checkpoint selection read come first
+    (corpus / "dev.ids").write_text("\n".join(f"{b}.1.{i}" for i, b in enumerate(read_books + DEV_BOOKS)) + "\n")
+    (corpus / "dev.en").write_text("\n".join(["read"] * 4 + DEV_REFS) + "\n")
+    monkeypatch.setattr(paths, "CORPORA", tmp_path)
+    folder = tmp_path / "cells"
+    records = [read_record(write_cell(folder, "ft-srcv", seed, AVX2, UP_A, dev=HELDOUT.digest)) for seed in (1, 2)]
+    found = heldout_set(records, "en")
+    assert found == HELDOUT and book_names(["45", "44", "44"]) == ["Acts", "Romans"]
+    (corpus / "dev.en").write_text("\n".join(["read"] * 4 + DEV_REFS[::-1]) + "\n")  # the corpus changed
+    assert heldout_set(records, "en") is None
+    assert heldout_set([read_record(write_cell(folder, "va-llm", 1, AVX2, UP_A))], "en") is None  # no dev_hyp.txt
 
 
 def test_records_of_another_test_set_are_left_out(tmp_path):

@@ -133,6 +133,42 @@ def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering
     assert pd.isna(verdicts.loc["ft-tgtv > ft-srcv", "p_value"])
 
 
+def test_a_second_test_set_and_the_condition_sit_beside_each_ordering():
+    from vocabridge.report import DIFFER, LIU_TABLE_2, RowCondition, condition_text, ordering_verdicts, verdict_text
+    from vocabridge.significance import Comparison
+
+    def comparison(delta, p_value=0.01, seeds=5):
+        return Comparison(delta=delta, ci_low=delta - 0.5, ci_high=delta + 0.5, p_value=p_value, seeds=seeds,
+                          reference_seeds=5, std_error=0.3, seed_std=0.5, reference_seed_std=0.5,
+                          sentence_variance=0.01, form="paired")
+
+    random = RowCondition(("random",), ("copy",), ("decoder",), ("max 2000 updates, patience 6",), ("AVX512",),
+                          (1, 2, 3, 4, 5))
+    conditions = {"ft-tgtv-random-dec": random, "ft-srcv": dataclasses.replace(random, sides=("both",)),
+                  "avg-eg": dataclasses.replace(random, pretrain_init=("cbow",), seeds=(1, 2, 3)),
+                  "in-domain": RowCondition()}  # an older record: nothing known, nothing to differ
+    test = {("ft-tgtv-random-dec", "ft-srcv"): comparison(1.0), ("avg-eg", "ft-tgtv-random-dec"): comparison(0.8),
+            ("in-domain", "ft-srcv"): comparison(2.0, p_value=0.02)}
+    dev = {("ft-tgtv-random-dec", "ft-srcv"): comparison(-1.0, p_value=0.001)}
+    verdicts = ordering_verdicts(LIU_TABLE_2, lambda a, b: test.get((a, b)), lambda a, b: dev.get((a, b)),
+                                 conditions).set_index("ordering")
+    first = verdicts.loc["ft-tgtv-random-dec > ft-srcv"]
+    assert first["verdict"] == "holds" and first["verdict (dev books)"] == "reversed"
+    assert first["p_holm"] == 0.02 and first["p_holm (dev books)"] == 0.001  # two tested a family; one on dev
+    assert first["delta (dev books)"] == -1.0 and first["ci_high (dev books)"] == -0.5
+    assert first["condition"] == ("pretrain.init random; shared copy; sides decoder vs both; budget max 2000 "
+                                  "updates, patience 6; seeds 1-5; machines AVX512")
+    crossed = verdicts.loc["avg-eg > ft-tgtv-random-dec"]
+    assert crossed["verdict"] == DIFFER and pd.isna(crossed["p_holm"])
+    assert crossed["verdict (dev books)"] == "not measured"  # no dev figure: nothing to mark
+    assert "pretrain.init cbow vs random" in crossed["condition"] and "seeds 1-3 vs 1-5" in crossed["condition"]
+    assert verdicts.loc["in-domain > ft-srcv", "verdict (dev books)"] == "not measured"
+    assert verdicts.loc["in-domain > ft-srcv", "condition"].startswith("pretrain.init ? vs random; shared ? vs copy")
+    assert verdicts.loc["patt-eg > att-eg", "verdict (dev books)"] == "not run"
+    assert condition_text(RowCondition()) == "pretrain.init ?; shared ?; sides ?; budget ?; seeds ?; machines ?"
+    assert verdict_text(comparison(1.0), None, "ft-srcv", "ft-srcv") == f"+1.00 [0.50, 1.50]: {DIFFER}"
+
+
 def test_forgetting_pools_each_rows_seeds(tmp_path):
     from vocabridge.report import forgetting_plot, forgetting_table
 

@@ -6,7 +6,13 @@ from.
 
 `grid_report` takes records, not paths: the cells of several sessions and machines add up to one report, and a
 test builds one from synthetic records. Rows are the groups (a row's seeds are its cells); two rows' cells pair
-where they share seed and upstream model (`CellRecord.pair_key`), and each comparison says whether it paired."""
+where they share seed and upstream model (`CellRecord.pair_key`), and each comparison says whether it paired.
+
+Every headline comparison is made twice: on the test set and on a second one (`HeldOut`: the dev verses of the
+books no checkpoint selection read, the cells' dev_hyp.txt), reported side by side as `(dev books)`. Every verdict
+carries the condition its rows ran under (`RowCondition`: pretrain.init, shared policy, sides, fine-tune budget,
+seeds, machines), and a comparison of rows whose upstream models started from differently initialised embeddings
+(`pretrain_init`) is shown but never made a verdict."""
 
 from __future__ import annotations
 
@@ -23,10 +29,115 @@ from vocabridge.significance import (
     MIN_SEEDS,
     Comparison,
     compare_statistics,
+    corpus_bleu,
     holm,
     mean_interval_statistics,
     sentence_statistics,
 )
+
+DEV = "(dev books)"  # the second test set's columns: `vs_REF (dev books)`, `verdict (dev books)`
+DIFFER = "conditions differ: not a verdict"
+
+
+@dataclass
+class HeldOut:
+    """A second test set: the dev verses of the books that no checkpoint selection read, in order, with each
+    sentence's book (`clusters`; None: sentences drawn one by one), the digest a record's `heldout_dev_test` must
+    carry for its dev_hyp.txt to count, and the books as the report names them."""
+
+    refs: list[str]
+    clusters: list[str] | None
+    digest: str
+    books: list[str]
+
+
+@dataclass(frozen=True)
+class RowCondition:
+    """What a row's cells ran under, each field the sorted values over its cells (empty: not recorded): how its
+    upstream model's embeddings started before pretraining (`pretrain_init`), the shared-token policy, the sides,
+    the fine-tune's budget, the machines' capabilities and the seeds."""
+
+    pretrain_init: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
+    sides: tuple[str, ...] = ()
+    budget: tuple[str, ...] = ()
+    machines: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, members: Sequence[CellRecord]) -> RowCondition:
+        """From the records: their `condition` (written from the row stamp; absent in older records), else their
+        `knobs` (shared, sides), `params.finetune` (max_updates, patience) and `machine`."""
+        def values(get) -> tuple[str, ...]:
+            return tuple(sorted({str(v) for v in map(get, members) if v is not None}))
+
+        def given(record: CellRecord, key: str):
+            return (record.data.get("condition") or {}).get(key) or (record.data.get("knobs") or {}).get(key)
+
+        return cls(values(lambda r: (r.data.get("condition") or {}).get("pretrain_init")),
+                   values(lambda r: given(r, "shared")), values(lambda r: given(r, "sides")),
+                   values(_budget), values(_capability), tuple(sorted({r.seed for r in members})))
+
+
+def _budget(record: CellRecord) -> str | None:
+    """A cell's fine-tune budget: at most max_updates updates, early stopping after `patience` evaluations."""
+    if (record.data.get("finetune") or {}).get("updates") == 0:
+        return "not fine-tuned"
+    training = (record.data.get("params") or {}).get("finetune") or {}
+    if training.get("max_updates") is None:
+        return None
+    patience = training.get("patience")
+    return f"max {training['max_updates']} updates, " + (f"patience {patience}" if patience else "no early stopping")
+
+
+def _capability(record: CellRecord) -> str | None:
+    machine = record.data.get("machine") or {}
+    if not machine:
+        return None
+    return (machine.get("capability") or "?") + (f" + {machine['gpu']}" if machine.get("gpu") else "")
+
+
+def conditions_differ(a: RowCondition | None, b: RowCondition | None) -> bool:
+    """Whether two rows' cells ran under more than one pretrain.init between them (unknown on a side: not known to
+    differ)."""
+    return a is not None and b is not None and len(set(a.pretrain_init) | set(b.pretrain_init)) > 1
+
+
+def condition_text(a: RowCondition, b: RowCondition | None = None) -> str:
+    """A condition in one line: `pretrain.init random; shared copy vs reproject; ...` (one value where both sides
+    agree; `?` where not recorded)."""
+    b = a if b is None else b
+
+    def both(label: str, x: Sequence[str], y: Sequence[str]) -> str:
+        sx, sy = "/".join(x) or "?", "/".join(y) or "?"
+        return f"{label} {sx}" if sx == sy else f"{label} {sx} vs {sy}"
+
+    return "; ".join([both("pretrain.init", a.pretrain_init, b.pretrain_init), both("shared", a.shared, b.shared),
+                      both("sides", a.sides, b.sides), both("budget", a.budget, b.budget),
+                      both("seeds", [_seed_list(a.seeds)], [_seed_list(b.seeds)]),
+                      both("machines", a.machines, b.machines)])
+
+
+def table_condition(rows: Sequence[str], conditions: dict[str, RowCondition]) -> str:
+    """The condition of a paper table's rows as run here, for its heading line: pretrain.init (with its rows where
+    they differ), budget, seeds and machines; shared and sides are per row in the table."""
+    ran = [row for row in dict.fromkeys(rows) if row in conditions]
+    if not ran:
+        return "no row run here"
+
+    def over(field: str, shown=lambda v: "/".join(v) or "?") -> str:
+        groups: dict[str, list[str]] = {}
+        for row in ran:
+            groups.setdefault(shown(getattr(conditions[row], field)), []).append(row)
+        if len(groups) == 1:
+            return next(iter(groups))
+        return "; ".join(f"{value} ({', '.join(members)})" for value, members in groups.items())
+
+    inits = {v for row in ran for v in conditions[row].pretrain_init}
+    return (f"pretrain.init {over('pretrain_init')}"
+            + (" (orderings across them: not verdicts)" if len(inits) > 1 else "")
+            + f", budget {over('budget')}, seeds {over('seeds', lambda v: _seed_list(v) or '?')}, "
+              f"machines {over('machines')}")
 
 
 @dataclass(frozen=True)
@@ -352,42 +463,80 @@ def seed_comparisons_table(tests: dict[str, dict[str, Comparison]], target: floa
     return pd.DataFrame(rows, columns=columns)
 
 
-def paper_layout(paper: PaperTable, seeds: pd.DataFrame, group_of: dict[str, str]) -> pd.DataFrame:
+def paper_layout(paper: PaperTable, seeds: pd.DataFrame, group_of: dict[str, str],
+                 conditions: dict[str, RowCondition] | None = None) -> pd.DataFrame:
     """The paper's table row by row with ours beside it: our mean test BLEU over the seeds of the row's group,
-    their spread and count (empty where the run has no such row)."""
+    their spread and count (empty where the run has no such row), and the condition it ran under (pretrain_init,
+    shared, sides); rows are grouped by pretrain_init (in the paper's order within a group) where the table's rows
+    ran under more than one."""
     by_group = seeds.set_index("group") if len(seeds) else pd.DataFrame()
+    conditions = conditions or {}
     out = []
     for name, ours, published in paper.rows:
         group = group_of.get(ours)
         found = by_group.loc[group] if group is not None and group in by_group.index else None
+        cond = conditions.get(ours)
         out.append({"paper_row": name, "published_bleu": published, "our_row": ours,
                     "seeds": None if found is None else int(found["seeds"]),
                     "bleu_mean": None if found is None else found["bleu_mean"],
-                    "bleu_std": None if found is None else found["bleu_std"]})
-    return pd.DataFrame(out, columns=["paper_row", "published_bleu", "our_row", "seeds", "bleu_mean", "bleu_std"])
+                    "bleu_std": None if found is None else found["bleu_std"],
+                    **{key: "/".join(getattr(cond, key)) or None if cond else None
+                       for key in ("pretrain_init", "shared", "sides")}})
+    table = pd.DataFrame(out, columns=["paper_row", "published_bleu", "our_row", "seeds", "bleu_mean", "bleu_std",
+                                       "pretrain_init", "shared", "sides"])
+    inits = list(dict.fromkeys(table["pretrain_init"].dropna()))
+    if len(inits) > 1:  # one block per condition, rows not run (or not recorded) last
+        rank = table["pretrain_init"].map(lambda v: inits.index(v) if v in inits else len(inits))
+        table = table.iloc[rank.argsort(kind="stable")].reset_index(drop=True)
+    return table
 
 
-def ordering_verdicts(paper: PaperTable, compare: Callable[[str, str], Comparison | None]) -> pd.DataFrame:
+ORDERING_COLUMNS = ["ordering", "published_delta", "delta", "ci_low", "ci_high", "p_value", "p_holm", "seeds", "form",
+                    "verdict", f"delta {DEV}", f"ci_low {DEV}", f"ci_high {DEV}", f"p_holm {DEV}", f"verdict {DEV}",
+                    "condition"]
+
+
+def ordering_verdicts(paper: PaperTable, compare: Callable[[str, str], Comparison | None],
+                      dev_compare: Callable[[str, str], Comparison | None] | None = None,
+                      conditions: dict[str, RowCondition] | None = None) -> pd.DataFrame:
     """One line per published ordering (better > worse): the published gap, ours with its 95% interval and p
     over seeds and sentences (`compare(better, worse)`, None when a row was not run), p after Holm's correction
     over the table's orderings (one family), and the verdict: holds (decisive and Holm's p <= 0.05, same sign),
-    reversed (the same, other sign), not decisive (after Holm), too few seeds, or not run."""
+    reversed (the same, other sign), not decisive (after Holm), too few seeds, or not run. The same on the second
+    test set (`dev_compare`, its own family; `not measured` where the cells have no second-set figure), and the
+    condition both rows ran under (`conditions`): an ordering of rows under different pretrain.init is marked
+    `conditions differ: not a verdict` on both sets and left out of both families."""
     published = {ours: bleu for _, ours, bleu in paper.rows}
-    found = [(better, worse, compare(better, worse)) for better, worse in paper.orderings]
-    tested = [c for _, _, c in found if c is not None]
-    adjusted = dict(zip(map(id, tested), holm([c.p_value for c in tested])[0], strict=True))
+    conditions = conditions or {}
+    found = [(better, worse, compare(better, worse), dev_compare(better, worse) if dev_compare else None,
+              conditions_differ(conditions.get(better), conditions.get(worse)))
+             for better, worse in paper.orderings]
+
+    def family(index: int) -> dict[int, float]:
+        tested = [(i, line[index]) for i, line in enumerate(found) if line[index] is not None and not line[4]]
+        adjusted = holm([c.p_value for _, c in tested])[0]
+        return {i: round(p, 4) for (i, _), p in zip(tested, adjusted, strict=True)}
+
+    def said(c: Comparison | None, p_holm: float | None, differ: bool, missing: str) -> str:
+        if c is None:
+            return missing
+        return DIFFER if differ else holm_verdict(c, p_holm, ("holds", "reversed"))
+
+    p_test, p_dev = family(2), family(3)
     out = []
-    for better, worse, c in found:
-        p_holm = None if c is None else round(adjusted[id(c)], 4)
-        said = "not run" if c is None else holm_verdict(c, p_holm, ("holds", "reversed"))
+    for i, (better, worse, c, d, differ) in enumerate(found):
+        a, b = conditions.get(better), conditions.get(worse)
         out.append({"ordering": f"{better} > {worse}",
                     "published_delta": round(published[better] - published[worse], 2),
                     "delta": None if c is None else c.delta, "ci_low": None if c is None else c.ci_low,
                     "ci_high": None if c is None else c.ci_high, "p_value": None if c is None else c.p_value,
-                    "p_holm": p_holm, "seeds": None if c is None else f"{c.seeds}/{c.reference_seeds}",
-                    "form": None if c is None else c.form, "verdict": said})
-    return pd.DataFrame(out, columns=["ordering", "published_delta", "delta", "ci_low", "ci_high", "p_value",
-                                      "p_holm", "seeds", "form", "verdict"])
+                    "p_holm": p_test.get(i), "seeds": None if c is None else f"{c.seeds}/{c.reference_seeds}",
+                    "form": None if c is None else c.form, "verdict": said(c, p_test.get(i), differ, "not run"),
+                    f"delta {DEV}": None if d is None else d.delta, f"ci_low {DEV}": None if d is None else d.ci_low,
+                    f"ci_high {DEV}": None if d is None else d.ci_high, f"p_holm {DEV}": p_dev.get(i),
+                    f"verdict {DEV}": said(d, p_dev.get(i), differ, "not run" if c is None else "not measured"),
+                    "condition": condition_text(a, b) if a is not None and b is not None else None})
+    return pd.DataFrame(out, columns=ORDERING_COLUMNS)
 
 
 def verdict(c: Comparison) -> str:
@@ -478,13 +627,17 @@ SHORT = {"one seed: not a finding": "1 seed", f"fewer than {MIN_SEEDS} seeds a s
          f"<{MIN_SEEDS} seeds"}
 
 
-def verdict_text(c: Comparison, p_holm: float, against: str, reference: str) -> str:
-    """A comparison in one table cell: delta [95% interval], Holm's p, the verdict, and Welch where unpaired."""
-    said = SHORT.get(v := holm_verdict(c, p_holm, ("better", "worse")), v)
+def verdict_text(c: Comparison, p_holm: float | None, against: str, reference: str) -> str:
+    """A comparison in one table cell: delta [95% interval], Holm's p, the verdict, and Welch where unpaired;
+    `p_holm` None: the rows ran under different conditions (no p, no verdict)."""
     notes = [n for n in (f"vs {against}" if against != reference else "", "Welch" if c.form == "unpaired" else "")
              if n]
-    shown = "<0.0001" if p_holm < 0.0001 else f"{p_holm:.2g}"
-    return (f"{c.delta:+.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}] p_holm {shown}: {said}"
+    if p_holm is None:
+        said = DIFFER
+    else:
+        said = SHORT.get(v := holm_verdict(c, p_holm, ("better", "worse")), v)
+        said = f"p_holm {'<0.0001' if p_holm < 0.0001 else f'{p_holm:.2g}'}: {said}"
+    return (f"{c.delta:+.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}]{' ' if p_holm is not None else ': '}{said}"
             + (f" ({'; '.join(notes)})" if notes else ""))
 
 
@@ -522,13 +675,16 @@ class _Comparer:
 def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *, seeds: Sequence[int] = (),
                 clusters: Sequence[str] | None = None, adapted: frozenset[str] | set[str] = frozenset(),
                 mismatch: dict | None = None, lang=None, upstream_sentences: int | None = None,
-                study: str = "") -> Built:
+                study: str = "", test_books: Sequence[str] | None = None, heldout: HeldOut | None = None) -> Built:
     """The report of a grid from its cell records: `rows` the grid's rows in order, `refs` the test references the
     records' hypotheses were scored against, `cfg` the report settings (vocabridge.config.Report: baseline and
     also_against are row names), `seeds` the grid's seeds (cells not found are listed as not finished),
     `clusters` each test sentence's book, `adapted` the rows that put the downstream vocabulary on the base model
     (their zero-shot figures compare), `mismatch` the mismatch stage's figures per language and `lang` the
-    direction (vocabulary fit), `upstream_sentences` how many upstream test pairs forgetting is measured on."""
+    direction (vocabulary fit), `upstream_sentences` how many upstream test pairs forgetting is measured on,
+    `test_books` the test set's books as the report names them (None: the distinct `clusters`), `heldout` the
+    second test set (None: none; a record counts on it when its dev_hyp.txt has a line per sentence and its
+    `heldout_dev_test.digest` is the set's)."""
     left_out = list(gathered.left_out)
     records = []
     for record in gathered.records:
@@ -542,6 +698,14 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     missing_rows = [row for row in rows if row not in by_row]
     stats = {r.cell: sentence_statistics(r.hyps, refs) for r in records}
     over = _Comparer(by_row, stats, clusters, cfg.bootstrap_samples, cfg.seed)
+    conditions = {row: RowCondition.of(members) for row, members in by_row.items()}
+    # the second test set: the cells whose dev_hyp.txt holds the held-out dev books' translations
+    dev_by_row = {row: [r for r in members if _on_heldout(r, heldout)] for row, members in by_row.items()}
+    dev_by_row = {row: members for row, members in dev_by_row.items() if members}
+    dev_stats = {r.cell: sentence_statistics(r.dev_hyps, heldout.refs)
+                 for members in dev_by_row.values() for r in members}
+    dev_over = _Comparer(dev_by_row, dev_stats, heldout.clusters if heldout else None, cfg.bootstrap_samples,
+                         cfg.seed)
     knobs = {row: dict(cells[0].data.get("knobs") or {}) for row, cells in by_row.items()}
     diagnostics = {row: cells[0].data.get("diagnostics") or {} for row, cells in by_row.items()}
     baseline = cfg.baseline if cfg.baseline in by_row else next(iter(by_row), cfg.baseline)
@@ -568,9 +732,16 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
             match = ref if knobs[ref].get("train_pairs") == pairs else next(
                 (r for r in by_row if knobs[r] == knobs[ref] | {"train_pairs": pairs}), None)
             if match is not None and match != row:
-                tests[ref][row], against[ref][row] = over(row, match), match
-    p_holm = {ref: dict(zip(found, holm([c.p_value for c in found.values()])[0], strict=True))
-              for ref, found in tests.items()}
+                against[ref][row] = match
+                if not conditions_differ(conditions[row], conditions[match]):
+                    tests[ref][row] = over(row, match)
+    # the same on the second test set; rows under different conditions: shown, in no family and no verdict
+    dev_tests = {ref: {row: c for row in found if (c := dev_over(row, against[ref][row])) is not None}
+                 for ref, found in tests.items()}
+    crossed = {ref: {row: (over(row, match), dev_over(row, match)) for row, match in matched.items()
+                     if row not in tests[ref]} for ref, matched in against.items()}
+    p_holm, p_holm_dev = ({ref: dict(zip(found, holm([c.p_value for c in found.values()])[0], strict=True))
+                           for ref, found in family.items()} for family in (tests, dev_tests))
 
     summary, lines = [], []
     for row, members in by_row.items():
@@ -587,12 +758,23 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
                 "best_at_end": f"{int(part['best_at_end'].sum())}/{len(part)}",
                 "upstream_bleu": _mean(part, "upstream_bleu"), "machines": part["machine"].nunique(),
                 "upstream_models": part["upstream_sha256"].nunique()}
-        for ref, found in tests.items():
-            c = found.get(row)
-            line |= {f"delta_vs_{ref}": c and c.delta, f"p_holm_vs_{ref}": c and round(p_holm[ref][row], 4),
-                     f"verdict_vs_{ref}": c and holm_verdict(c, p_holm[ref][row], ("better", "worse")),
-                     f"form_vs_{ref}": c and c.form, f"vs_{ref}": c and verdict_text(c, p_holm[ref][row],
-                                                                                     against[ref][row], ref)}
+        dev_members = dev_by_row.get(row, [])
+        line |= {"heldout_dev_seeds": len(dev_members), "heldout_dev_bleu": round(float(np.mean(
+            [_heldout_bleu(r, dev_stats[r.cell]) for r in dev_members])), 2) if dev_members else None,
+                 "pretrain_init": "/".join(conditions[row].pretrain_init) or None,
+                 "condition": condition_text(conditions[row])}
+        for ref in tests:
+            for suffix, found, adjusted, pick in (("", tests[ref], p_holm[ref], 0),
+                                                  (f" {DEV}", dev_tests[ref], p_holm_dev[ref], 1)):
+                c, p = found.get(row), adjusted.get(row)
+                if c is None and row in crossed[ref]:
+                    c = crossed[ref][row][pick]
+                line |= {f"delta_vs_{ref}{suffix}": c and c.delta,
+                         f"p_holm_vs_{ref}{suffix}": None if p is None else round(p, 4),
+                         f"verdict_vs_{ref}{suffix}": c and (DIFFER if p is None else
+                                                             holm_verdict(c, p, ("better", "worse"))),
+                         f"form_vs_{ref}{suffix}": c and c.form,
+                         f"vs_{ref}{suffix}": c and verdict_text(c, p, against[ref][row], ref)}
         summary.append(line)
         base_test = tests.get(baseline, {}).get(row)
         lines.append({"method": row, "seeds": len(members), "bleu": line["bleu_mean"],
@@ -612,8 +794,8 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
                                                                        cells.get("dev_bleu_auc", []), strict=True)}
     seeds_frame = seeds_table(groups, {r.cell.name: r.bleu for r in records}, tests, auc) if records \
         else pd.DataFrame(columns=["group", "seeds", "bleu_mean", "bleu_std"])
-    papers = [(paper, paper_layout(paper, seeds_frame, {row: row for row in by_row}),
-               ordering_verdicts(paper, over)) for paper in PAPER_TABLES
+    papers = [(paper, paper_layout(paper, seeds_frame, {row: row for row in by_row}, conditions),
+               ordering_verdicts(paper, over, dev_over if heldout else None, conditions)) for paper in PAPER_TABLES
               if any(ours in rows for _, ours, _ in paper.rows)]
     grouped_curves = group_curves(curves, groups)
     forgetting = forgetting_table(cells) if records else pd.DataFrame(columns=["row", "seeds", "bleu",
@@ -629,15 +811,48 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
               "forgetting": forgetting, "extension": extension}
     for paper, layout, verdicts in papers:
         tables[f"paper_{paper.key}"], tables[f"paper_{paper.key}_orderings"] = layout, verdicts
+    sets = test_sets_sentence(len(refs), test_books if test_books is not None else
+                              sorted(set(clusters)) if clusters else None, heldout, dev_by_row, len(records))
     markdown = _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves,
                          threshold, cfg, clusters, forgetting, extension, correlations, shared_vocab, fit,
-                         upstream_sentences, diagnostics, missing_rows, left_out, seeds, baseline)
+                         upstream_sentences, diagnostics, missing_rows, left_out, seeds, baseline, sets, conditions)
     return Built(markdown, tables, grouped_curves, threshold, missing_rows, left_out)
+
+
+def _on_heldout(record: CellRecord, heldout: HeldOut | None) -> bool:
+    """Whether a cell has a figure on the second test set: its dev_hyp.txt, one line per sentence, of this set."""
+    return (heldout is not None and len(record.dev_hyps) == len(heldout.refs) > 0
+            and (record.data.get("heldout_dev_test") or {}).get("digest") == heldout.digest)
+
+
+def _heldout_bleu(record: CellRecord, stats: np.ndarray) -> float:
+    """A cell's BLEU on the second test set: its record's (evaluate's sacrebleu), else from its statistics."""
+    bleu = ((record.data.get("metrics") or {}).get("heldout_dev") or {}).get("bleu")
+    return float(bleu) if bleu is not None else float(corpus_bleu(stats.sum(0)))
+
+
+def test_sets_sentence(sentences: int, test_books: Sequence[str] | None, heldout: HeldOut | None,
+                       dev_by_row: dict[str, list[CellRecord]], cells: int) -> str:
+    """Which books each test set has, in one sentence."""
+    first = (f"The test set is the {sentences} test verses of {_books(test_books)}" if test_books
+             else f"The test set is {sentences} test sentences (no verse ids: books not known)")
+    if heldout is None:
+        return first + "; there is no second test set (no cell has the held-out dev books' translations)."
+    have = sum(len(members) for members in dev_by_row.values())
+    return (first + f"; the second test set, `{DEV}`, is the {len(heldout.refs)} dev verses of "
+            f"{_books(heldout.books)}, books that no checkpoint selection read ({have} of the {cells} cells have "
+            "it; the others have no second-set figure).")
+
+
+def _books(books: Sequence[str]) -> str:
+    books = list(books)
+    return f"book {books[0]}" if len(books) == 1 else \
+        f"{len(books)} books ({', '.join(books[:-1])} and {books[-1]})"
 
 
 def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves, threshold, cfg,
               clusters, forgetting, extension, correlations, shared_vocab, fit, upstream_sentences, diagnostics,
-              missing_rows, left_out, seeds, baseline) -> str:
+              missing_rows, left_out, seeds, baseline, sets="", conditions=None) -> str:
     """report.md: the answer first (the papers' tables, one line per grid row), then the plots and the other
     sections, then where the cells came from."""
     machines = cells["machine"].nunique() if len(cells) else 0
@@ -646,13 +861,17 @@ def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests,
             f"{len(rows)} rows, from {machines} machine(s) and {upstreams} upstream model(s)"
             + (f"; rows with no finished cell: {', '.join(missing_rows)}" if missing_rows else "")
             + (f"; {len(left_out)} record(s) left out" if left_out else "")
-            + ". Where each cell came from: the appendix; every cell's figures: `cells.csv`.")
+            + ". Where each cell came from: the appendix; every cell's figures: `cells.csv`."
+            + (f"\n\n{sets}" if sets else ""))
     units = "test books" if clusters else "test sentences"
     method = (f"Intervals and p are over seeds and {units} ({cfg.bootstrap_samples} draws of the {units} with "
               f"replacement, shared by both sides; a t interval over seeds, vocabridge.significance): paired "
               f"(per-seed differences) where both rows' cells have the same seeds on the same upstream model, "
               f"Welch where they do not (said so). Decisive needs at least {MIN_SEEDS} seeds a side and an "
-              f"interval that excludes 0; p_holm is Holm's correction over one family.")
+              f"interval that excludes 0; p_holm is Holm's correction over one family. `{DEV}`: the same "
+              f"comparison on the second test set (its books drawn as clusters; its own family). A comparison of "
+              f"rows whose upstream models started from different embeddings (pretrain.init) is shown but is no "
+              f"verdict (`{DIFFER}`) and in no family.")
     parts = [lead]
     if papers:
         parts.append(
@@ -661,16 +880,21 @@ def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests,
             "every ordering the paper reports, tested on our rows (family: the table's orderings): holds "
             "(decisive after Holm, same sign), reversed (the same, other sign), not decisive (after Holm), too "
             f"few seeds (not a finding) or not run. {method}\n\n"
-            + "\n\n".join(_paper_markdown(paper, layout, verdicts, rows) for paper, layout, verdicts in papers))
+            + "\n\n".join(_paper_markdown(paper, layout, verdicts, rows, conditions or {})
+                          for paper, layout, verdicts in papers))
     refs = list(tests)
     shown = ["row", "seeds", "bleu_mean", "ci_low", "ci_high", "bleu_std", "best_update", "best_at_end", "updates",
-             "upstream_bleu", *[f"vs_{ref}" for ref in refs]]
+             "upstream_bleu", "heldout_dev_bleu", "pretrain_init",
+             *[column for ref in refs for column in (f"vs_{ref}", f"vs_{ref} {DEV}")]]
     parts.append(
         "## One line per grid row\n\nMean test BLEU over the row's seeds with its 95% interval; best_update: "
         "updates to the best checkpoint (mean over seeds), best_at_end: cells whose best checkpoint is their last "
         "(the fine-tune may not have converged), updates: updates run (mean); upstream_bleu: test BLEU on the "
-        "upstream domain (forgetting); vs REF: the row minus the reference (family: the rows against that "
-        "reference; `vs` names the reference's row in this row's regime of train_pairs). "
+        "upstream domain (forgetting); heldout_dev_bleu: mean BLEU on the second test set (over the cells that "
+        "have it); pretrain_init: how the row's upstream model's embeddings started (`rows.csv` has each row's "
+        f"whole condition); vs REF: the row minus the reference (family: the rows against that reference; `vs` "
+        f"names the reference's row in this row's regime of train_pairs), and `{DEV}` the same on the second test "
+        "set. "
         + ("Intervals, pairing and verdicts as above." if papers else method) + "\n\n"
         + (to_markdown(rows_table.reindex(columns=shown)) if len(rows_table) else "No finished cells yet.\n"))
     if len(cells):
@@ -720,15 +944,24 @@ def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests,
                         provenance_markdown(cells, rows, by_row, missing_rows, left_out, seeds)])
 
 
-def _paper_markdown(paper: PaperTable, layout: pd.DataFrame, verdicts: pd.DataFrame, rows: Sequence[str]) -> str:
-    """A paper's table and its orderings, cut to the rows of this grid (the CSVs keep them all)."""
+SHOWN_ORDERING = ["ordering", "published_delta", "delta", "ci_low", "ci_high", "p_holm", "seeds", "form", "verdict",
+                  f"delta {DEV}", f"verdict {DEV}", "condition"]  # report.md; the CSV has every column
+
+
+def _paper_markdown(paper: PaperTable, layout: pd.DataFrame, verdicts: pd.DataFrame, rows: Sequence[str],
+                    conditions: dict[str, RowCondition]) -> str:
+    """A paper's table and its orderings, cut to the rows of this grid (the CSVs keep them all), the condition our
+    rows ran under in its heading line."""
     ours = layout[layout["our_row"].isin(rows)]
     inside = verdicts["ordering"].map(lambda o: all(side in rows for side in o.split(" > ")))
     left = len(layout) - len(ours), int((~inside).sum())
     note = (f"\n{left[0]} of the paper's rows and {left[1]} of its orderings are not rows of this grid "
             f"(`paper_{paper.key}.csv`, `paper_{paper.key}_orderings.csv`).\n" if any(left) else "")
-    return (f"### {paper.source.removeprefix('published: ')}\n\n" + to_markdown(ours) + "\n"
-            + (to_markdown(verdicts[inside]) if inside.any() else "No ordering of this table has both rows here.\n")
+    heading = (f"### {paper.source.removeprefix('published: ')}; ours under "
+               f"{table_condition(list(ours['our_row']), conditions)}")
+    return (f"{heading}\n\n" + to_markdown(ours) + "\n"
+            + (to_markdown(verdicts.loc[inside, SHOWN_ORDERING]) if inside.any()
+               else "No ordering of this table has both rows here.\n")
             + note)
 
 
