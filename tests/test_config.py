@@ -165,3 +165,50 @@ def test_a_sponsored_model_sets_its_own_terms_over_abnet_sponsored():
                             ({"sponsored": {"mlm": 0}}, r"abnets.x.sponsored: only for `decoder: coordinator`")):
         with pytest.raises(ConfigError, match=expected):
             validate(parse(Params, data | {"abnets": {"x": entry}}, "params"))
+
+
+# params.yaml keys whose value deliberately differs from the dataclass default (every other leaf must equal it)
+NOT_THE_DATACLASS_DEFAULT = {
+    "rows",  # the study's grid; Params() keeps the smallest valid one (out-domain, in-domain, ft-srcv), which tests
+    "seeds",  # and a partial params file start from without the generator stage that patt-eg-kd-both needs
+    "generators",  # follows the rows (validate: exactly the generators the rows use)
+    "prepare.upstream.debian.packages",  # 239 package names surveyed for this study: data, not a knob
+}
+
+
+def _leaves(data, path=""):
+    """(dotted path, value) of every leaf of a YAML mapping; an empty mapping is a leaf of its own."""
+    if isinstance(data, dict) and data:
+        for key, value in data.items():
+            yield from _leaves(value, f"{path}.{key}" if path else str(key))
+    else:
+        yield path, data
+
+
+def test_params_yaml_states_the_dataclass_defaults():
+    """One home per default (issue 38): every value params.yaml states equals the dataclass default of its key, so
+    that a changed default on one side only fails here; the CLI's defaults are read from the same dataclasses."""
+    import dataclasses
+
+    from vocabridge.cli import VARIANTS
+    from vocabridge.config import GeneratorParams, read_yaml
+
+    raw = read_yaml(ROOT / "params.yaml")
+    stated = dataclasses.asdict(parse(Params, raw, "params"))  # parsed: "4" and 3 as the types say
+    default = dataclasses.asdict(Params())
+    differ = []
+    for path, _ in _leaves(raw):
+        if any(path == key or path.startswith(key + ".") for key in NOT_THE_DATACLASS_DEFAULT):
+            continue
+        ours, theirs = stated, default
+        for key in path.split("."):
+            ours, theirs = ours[key], theirs.get(key, "<no default>") if isinstance(theirs, dict) else "<no default>"
+        if ours != theirs:
+            differ.append(f"{path}: params.yaml {ours!r}, dataclass {theirs!r}")
+    assert not differ, "\n".join(differ)
+    for key in NOT_THE_DATACLASS_DEFAULT:  # an allow-listed key that agrees again leaves the list
+        value_yaml, value_default = stated, default
+        for part in key.split("."):
+            value_yaml, value_default = value_yaml[part], value_default[part]
+        assert value_yaml != value_default, f"{key} equals its dataclass default: drop it from the allow-list"
+    assert VARIANTS == {name: (v.kind, v.kd_lambda) for name, v in GeneratorParams().variants.items()}

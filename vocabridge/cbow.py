@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
-from tqdm import tqdm
 
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import InputError
+from vocabridge.progress import progress
 
 if TYPE_CHECKING:  # gensim takes a second to import, torch more; the functions that need them import them
     from gensim.models import KeyedVectors
@@ -30,7 +30,7 @@ def _progress(epochs: int, name: str):
 
     class Progress(CallbackAny2Vec):
         def __init__(self):
-            self.bar = tqdm(total=epochs, desc=f"cbow {name}", unit="epoch")
+            self.bar = progress(total=epochs, desc=f"cbow {name}", unit="epoch")
 
         def on_epoch_end(self, model):
             self.bar.update(1)

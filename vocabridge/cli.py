@@ -9,7 +9,22 @@ from types import SimpleNamespace
 
 from ruamel.yaml import YAML
 
-from vocabridge.config import WHOLE, Cbow, Diagnostics, SpmModel, TransferMethod, apply_profile, flatten, read_yaml
+from vocabridge.config import (
+    WHOLE,
+    Cbow,
+    Compute,
+    Diagnostics,
+    Evaluate,
+    Finetune,
+    GeneratorParams,
+    GeneratorTraining,
+    Spm,
+    SpmModel,
+    TransferMethod,
+    apply_profile,
+    flatten,
+    read_yaml,
+)
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 
@@ -192,9 +207,15 @@ def finetune(args: argparse.Namespace) -> dict:
     return summary
 
 
-# generator variants: (kind, kd_lambda) as params.yaml's defaults, and the adapt method that uses each
-VARIANTS = {"att": ("att", 0.0), "patt": ("patt", 0.0), "patt-kd": ("patt", 0.5)}
-VARIANT_METHOD = {"att": "att-eg", "patt": "patt-eg", "patt-kd": "patt-eg-kd"}
+# generator variants: (kind, kd_lambda), the defaults of params' generator.variants (their one home: config.py)
+VARIANTS = {name: (v.kind, v.kd_lambda) for name, v in GeneratorParams().variants.items()}
+
+
+def variant_method(variant: str) -> str:
+    """The adapt method that uses a generator of this variant (the method registry's `generator`)."""
+    from vocabridge.transfer import METHODS
+
+    return next(name for name, m in METHODS.items() if m.generator == variant)
 
 
 def train_generator(args: argparse.Namespace) -> dict:
@@ -375,14 +396,17 @@ def main(argv: list[str]) -> None:
                          "row (the mean of several OLD rows) on each adapted side whose new vocabulary holds NEW "
                          "and whose pretrained one holds OLD, whatever --method makes for the others; blank lines are "
                          "skipped; diagnostics.json lists the rows under init_map")
-    ad.add_argument("--vocab-size", type=int, default=8000,
-                    help="SentencePiece vocabulary size per language, at most (default 8000)")
-    ad.add_argument("--cbow-window", type=int, default=5, help="CBOW context window (default 5)")
-    ad.add_argument("--cbow-epochs", type=int, default=5, help="CBOW training epochs (default 5)")
-    ad.add_argument("--probes", type=int, default=5,
-                    help="new tokens whose neighbours diagnostics.json lists (default 5)")
+    ad.add_argument("--vocab-size", type=int, default=SpmModel().vocab_size,
+                    help="SentencePiece vocabulary size per language, at most (default %(default)s)")
+    ad.add_argument("--cbow-window", type=int, default=Cbow().window,
+                    help="CBOW context window (default %(default)s)")
+    ad.add_argument("--cbow-epochs", type=int, default=Cbow().epochs,
+                    help="CBOW training epochs (default %(default)s)")
+    ad.add_argument("--probes", type=int, default=Diagnostics().probes,
+                    help="new tokens whose neighbours diagnostics.json lists (default %(default)s)")
     ad.add_argument("--seed", type=int, default=1, help="seed of SentencePiece, CBOW and random rows (default 1)")
-    ad.add_argument("--threads", type=int, default=2, help="SentencePiece training threads (default 2)")
+    ad.add_argument("--threads", type=int, default=Spm().threads,
+                    help="SentencePiece training threads (default %(default)s)")
     au = sub.add_parser(
         "audit", help="how well a Marian/OPUS-MT model's vocabularies fit your text, and what size to adapt to",
         description="Segment your text with the model's vocabulary and with SentencePiece vocabularies trained on "
@@ -405,7 +429,8 @@ def main(argv: list[str]) -> None:
                     help="with a model corpus: a piece seen fewer times than this is barely seen (default 10)")
     au.add_argument("--out", type=Path, default=Path("audit"), help="where to write the report (default audit/)")
     au.add_argument("--seed", type=int, default=1, help="SentencePiece seed (default 1)")
-    au.add_argument("--threads", type=int, default=2, help="SentencePiece training threads (default 2)")
+    au.add_argument("--threads", type=int, default=Spm().threads,
+                    help="SentencePiece training threads (default %(default)s)")
     ft = sub.add_parser(
         "finetune", help="fine-tune a Marian/OPUS-MT model (adapted or not) on your in-domain pairs",
         description="The pipeline's training loop (Adam, inverse-square-root warm-up, label smoothing, bf16 where "
@@ -419,23 +444,31 @@ def main(argv: list[str]) -> None:
                             help=f"{lang} side of the {what}, one sentence per line")
     ft.add_argument("--out", type=Path, required=True, help="where to write the fine-tuned model directory")
     ft.add_argument("--checkpoints", type=Path, default=None, help="checkpoint folder (default OUT.checkpoints)")
-    ft.add_argument("--max-updates", type=int, default=2000, help="training updates (default 2000)")
-    ft.add_argument("--batch-tokens", type=int, default=1500,
-                    help="padded tokens of the longer side per batch (default 1500)")
-    ft.add_argument("--lr", type=float, default=7e-4, help="peak learning rate (default 0.0007)")
-    ft.add_argument("--warmup", type=int, default=200, help="warm-up updates (default 200)")
-    ft.add_argument("--eval-every", type=int, default=200, help="updates between dev evaluations (default 200)")
-    ft.add_argument("--dev-sentences", type=int, default=400, help="dev pairs evaluated (default 400)")
-    ft.add_argument("--select-by", choices=("bleu", "loss"), default="bleu",
-                    help="the dev figure that picks the checkpoint: greedy BLEU or cross-entropy (default bleu)")
-    ft.add_argument("--patience", type=int, default=5, help="evaluations without gain before stopping; 0: never "
-                    "(default 5)")
-    ft.add_argument("--checkpoint-every", type=int, default=200, help="updates between checkpoints (default 200)")
-    ft.add_argument("--threads", type=int, default=0, help="torch threads; 0: every core (default 0)")
-    ft.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda (default auto)")
-    ft.add_argument("--bf16", choices=("auto", "true", "false"), default="auto",
-                    help="bf16 autocast: auto where this machine runs it faster than fp32 (default auto)")
-    ft.add_argument("--seed", type=int, default=1, help="batch order and dropout (default 1)")
+    recipe = Finetune().train  # the defaults: params.yaml's finetune.train (threads and device: compute's)
+    ft.add_argument("--max-updates", type=int, default=recipe.max_updates,
+                    help="training updates (default %(default)s)")
+    ft.add_argument("--batch-tokens", type=int, default=recipe.batch_tokens,
+                    help="padded tokens of the longer side per batch (default %(default)s)")
+    ft.add_argument("--lr", type=float, default=recipe.lr, help="peak learning rate (default %(default)s)")
+    ft.add_argument("--warmup", type=int, default=recipe.warmup, help="warm-up updates (default %(default)s)")
+    ft.add_argument("--eval-every", type=int, default=recipe.eval_every,
+                    help="updates between dev evaluations (default %(default)s)")
+    ft.add_argument("--dev-sentences", type=int, default=recipe.dev_sentences,
+                    help="dev pairs evaluated (default %(default)s)")
+    ft.add_argument("--select-by", choices=("bleu", "loss"), default=recipe.select_by,
+                    help="the dev figure that picks the checkpoint: greedy BLEU or cross-entropy (default "
+                         "%(default)s)")
+    ft.add_argument("--patience", type=int, default=recipe.patience,
+                    help="evaluations without gain before stopping; 0: never (default %(default)s)")
+    ft.add_argument("--checkpoint-every", type=int, default=recipe.checkpoint_every,
+                    help="updates between checkpoints (default %(default)s)")
+    ft.add_argument("--threads", type=int, default=Compute().threads,
+                    help="torch threads; 0: every core (default %(default)s)")
+    ft.add_argument("--device", default=Compute().device,
+                    help="auto (cuda when there is one), cpu, cuda (default %(default)s)")
+    ft.add_argument("--bf16", choices=("auto", "true", "false"), default=str(recipe.bf16).lower(),
+                    help="bf16 autocast: auto where this machine runs it faster than fp32 (default %(default)s)")
+    ft.add_argument("--seed", type=int, default=recipe.seed, help="batch order and dropout (default %(default)s)")
     tg = sub.add_parser("train-generator", help="train an embedding generator (Liu et al. 2021) against your model, "
                         "for adapt's att-eg, patt-eg and patt-eg-kd",
                         description="Train an embedding generator against your frozen model on parallel text it "
@@ -452,30 +485,42 @@ def main(argv: list[str]) -> None:
                          "(default patt-kd)")
     tg.add_argument("--sides", choices=("decoder", "both"), default="decoder",
                     help="re-segment the target side (the paper's) or both sides (default decoder)")
-    tg.add_argument("--steps", type=int, default=2000, help="Adam updates (default 2000; the paper: ~20k)")
-    tg.add_argument("--batch-tokens", type=int, default=2000, help="padded tokens per batch (default 2000)")
-    tg.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
-    tg.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints (default 100)")
+    gen = GeneratorTraining()  # the defaults: params.yaml's generator.train
+    tg.add_argument("--steps", type=int, default=gen.steps,
+                    help="Adam updates (default %(default)s; the paper: ~20k)")
+    tg.add_argument("--batch-tokens", type=int, default=gen.batch_tokens,
+                    help="padded tokens per batch (default %(default)s)")
+    tg.add_argument("--lr", type=float, default=gen.lr, help="learning rate (default %(default)s)")
+    tg.add_argument("--checkpoint-every", type=int, default=gen.checkpoint_every,
+                    help="steps between checkpoints (default %(default)s)")
     tg.add_argument("--checkpoints", type=Path, default=None, help="checkpoint folder (default OUT's name "
                     "with .checkpoints)")
-    tg.add_argument("--threads", type=int, default=0, help="torch threads; 0: every core (default 0)")
-    tg.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda (default auto)")
-    tg.add_argument("--seed", type=int, default=1, help="batches and re-segmentation (default 1)")
+    tg.add_argument("--threads", type=int, default=Compute().threads,
+                    help="torch threads; 0: every core (default %(default)s)")
+    tg.add_argument("--device", default=Compute().device,
+                    help="auto (cuda when there is one), cpu, cuda (default %(default)s)")
+    tg.add_argument("--seed", type=int, default=gen.seed, help="batches and re-segmentation (default %(default)s)")
     tr = sub.add_parser("translate", help="translate plain text with a Marian/OPUS-MT model (beam search)",
                         description="One sentence per line in, one translation per line out, in input order; with "
                                     "the CTranslate2 decoder the model directory is converted on the fly.")
     tr.add_argument("--model", type=Path, required=True, help="the Marian/OPUS-MT directory")
     tr.add_argument("--input", type=Path, required=True, help="source text, one sentence per line")
     tr.add_argument("--output", type=Path, default=None, help="where to write the translations (default stdout)")
-    tr.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
-    tr.add_argument("--length-penalty", type=float, default=1.0, help="length penalty (default 1.0)")
-    tr.add_argument("--batch-tokens", type=int, default=4000, help="tokens x beam per batch (default 4000)")
-    tr.add_argument("--threads", type=int, default=0, help="CPU threads; 0: every core (default 0)")
-    tr.add_argument("--decoder", choices=["ctranslate2", "transformers"], default="ctranslate2",
-                    help="as evaluate.decoder: ctranslate2 (fast on a CPU) or transformers (default ctranslate2)")
-    tr.add_argument("--device", default="auto", help="transformers' device: auto, cpu, cuda, cuda:N (default auto)")
-    tr.add_argument("--bf16", choices=["auto", "true", "false"], default="false",
-                    help="transformers only, as evaluate.bf16 (default false: scores independent of the CPU)")
+    decoding = Evaluate()  # the defaults: params.yaml's evaluate
+    tr.add_argument("--beam", type=int, default=decoding.beam, help="beam size (default %(default)s)")
+    tr.add_argument("--length-penalty", type=float, default=decoding.length_penalty,
+                    help="length penalty (default %(default)s)")
+    tr.add_argument("--batch-tokens", type=int, default=decoding.batch_tokens,
+                    help="tokens x beam per batch (default %(default)s)")
+    tr.add_argument("--threads", type=int, default=Compute().threads,
+                    help="CPU threads; 0: every core (default %(default)s)")
+    tr.add_argument("--decoder", choices=["ctranslate2", "transformers"], default=decoding.decoder,
+                    help="as evaluate.decoder: ctranslate2 (fast on a CPU) or transformers (default %(default)s)")
+    tr.add_argument("--device", default=Compute().device,
+                    help="transformers' device: auto, cpu, cuda, cuda:N (default %(default)s)")
+    tr.add_argument("--bf16", choices=["auto", "true", "false"], default=str(decoding.bf16).lower(),
+                    help="transformers only, as evaluate.bf16 (default %(default)s; false: scores independent of "
+                         "the CPU)")
     est = sub.add_parser(
         "estimate", help="measure this machine (under a minute) and print each stage's expected wall time",
         description="Time a few training updates of the profile's models at the flow's thread layout, greedy and "
@@ -513,7 +558,7 @@ def main(argv: list[str]) -> None:
     elif args.command == "train-generator":
         result = train_generator(args)
         print(f"{args.out}: {args.variant} generator after {result['steps']} steps; use it with `vocabridge adapt "
-              f"--method {VARIANT_METHOD[args.variant]} --generator {args.out}`")
+              f"--method {variant_method(args.variant)} --generator {args.out}`")
     elif args.command == "translate":
         speed = translate(args)
         if args.output:

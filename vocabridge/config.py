@@ -77,8 +77,10 @@ class Upstream:
 class Bible:
     translations: dict[str, str] = field(default_factory=lambda: {"de": "s", "en": "4"})
     mono_translations: dict[str, list[str]] = field(default_factory=lambda: {"de": ["e"], "en": ["k", "3"]})
-    dev_books: list[str] = field(default_factory=list)
-    test_books: list[str] = field(default_factory=list)
+    dev_books: list[str] = field(default_factory=lambda: [
+        "Ruth", "Ecclesiastes", "Song of Solomon", "Lamentations", "Galatians", "Philippians", "Colossians", "1 Peter"])
+    test_books: list[str] = field(default_factory=lambda: [
+        "Joel", "Amos", "Obadiah", "Jonah", "Micah", "Nahum", "Habakkuk", "Zephaniah", "Haggai", "Hebrews", "1 John"])
     train_size: int = 10000  # parallel training verses (sampled from the other books); 0: all
     mono_size: int = 0  # 0: all
 
@@ -191,7 +193,8 @@ class Pretrain:
     #                                             text in upstream pieces (Sato et al. 2020, §4.2)
     cbow: Cbow = field(default_factory=Cbow)  # the CBOW run of `init: cbow`
     arch: Arch = field(default_factory=Arch)
-    train: Training = field(default_factory=lambda: Training(max_updates=20000, warmup=4000, eval_every=2000))
+    train: Training = field(default_factory=lambda: Training(max_updates=2000, batch_tokens=3000, dev_sentences=400,
+                                                             checkpoint_every=250))
 
 
 @dataclass
@@ -214,8 +217,10 @@ class UpstreamModel:
 
 @dataclass
 class Finetune:
-    train: Training = field(default_factory=lambda: Training(max_updates=2500, warmup=500, eval_every=250))
-    train_pairs: int = 0  # every row fine-tunes on a fixed sample of N downstream pairs (the low-resource
+    train: Training = field(default_factory=lambda: Training(max_updates=350, batch_tokens=1500, warmup=100,
+                                                             eval_every=50, dev_sentences=200, patience=0,
+                                                             checkpoint_every=50, log_every=25, threads=1))
+    train_pairs: int = 2000  # every row fine-tunes on a fixed sample of N downstream pairs (the low-resource
     #                       regime; the same sample for every row and seed); 0: all; rows.ROW.train_pairs overrides
 
 
@@ -265,14 +270,14 @@ class GeneratorTraining:
     """Generator pretraining on the upstream corpus, the pretrained model frozen (only G's parameters train)."""
 
     steps: int = 200  # Adam updates
-    batch_tokens: int = 3000  # padded tokens of the longer side per batch
+    batch_tokens: int = 2000  # padded tokens of the longer side per batch
     lr: float = 0.01
     label_smoothing: float = 0.1  # Lp is the pretraining objective (label-smoothed cross-entropy)
     max_len: int = 128  # pairs with a side longer than this (in pieces) are skipped
     max_members: int = 10  # size cap of Sm(w), as transfer's `max_members`
     patt_scale: Literal["paper", "code"] = "code"  # patt: without Eq. 3's 1/|Sm(w)| (code) or with it (paper)
-    log_every: int = 50
-    checkpoint_every: int = 100
+    log_every: int = 25
+    checkpoint_every: int = 50
     seed: int = 1
 
 
@@ -420,12 +425,13 @@ class AbnetParams:
                                                              batch_tokens=4000, lr=5e-4, select_by="loss"))
     finetune: Training = field(default_factory=lambda: Training(max_updates=350, batch_tokens=1500, lr=5e-4,
                                                                 warmup=100, eval_every=50, dev_sentences=200,
-                                                                patience=0, checkpoint_every=50, threads=1))
+                                                                patience=0, checkpoint_every=50, log_every=25,
+                                                                threads=1))
 
 
 @dataclass
 class Evaluate:
-    decoder: Literal["transformers", "ctranslate2"] = "transformers"  # ctranslate2: same outputs, ~3x faster
+    decoder: Literal["transformers", "ctranslate2"] = "ctranslate2"  # same outputs as transformers, ~3x faster
     beam: int = 5
     length_penalty: float = 1.0
     batch_tokens: int = 6000

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
-from tqdm import tqdm
 
 from vocabridge.config import SpmModel
 from vocabridge.errors import InputError
+from vocabridge.progress import progress
 
 # Piece ids of the special tokens; the model directories of the NMT stages map them to Marian's ids.
 SPECIAL = {"unk_id": 0, "bos_id": -1, "eos_id": 1, "pad_id": 2}
@@ -146,6 +146,6 @@ def train_all(texts: dict[str, list[str]], cfgs: dict[str, SpmModel], seed: int,
               name: str) -> dict[str, bytes]:
     """One model per language, with a progress bar over the languages."""
     out = {}
-    for code in tqdm(sorted(texts), desc=f"train spm ({name})", unit="model"):
+    for code in progress(sorted(texts), desc=f"train spm ({name})", unit="model"):
         out[code] = train_spm(texts[code], cfgs[code], seed, threads, f"{name}.{code}")
     return out

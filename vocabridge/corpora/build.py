@@ -11,14 +11,13 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from vocabridge.config import LANGS, Lang, Prepare, UserFiles
 from vocabridge.corpora import bible, debian
 from vocabridge.corpora.cleaning import HELD_OUT, PairFilter, clean_segment, strip_context
 from vocabridge.corpora.user import read_pairs, read_text_lines
 from vocabridge.errors import ConfigError
 from vocabridge.fileio import sha256_file, write_json, write_lines
+from vocabridge.progress import progress
 
 SPLITS = ("train", "dev", "test")
 Pair = tuple[str, str]
@@ -92,7 +91,7 @@ def build_upstream(cfg: Prepare, lang: Lang) -> Corpus:
         paths = debian.download(debs, Path(cfg.download_dir) / "debian", f"{key}.debian.packages")
         by_package = dict(zip([d.package for d in debs], zip(debs, paths, strict=True), strict=True))
         catalogues = {}
-        for package in tqdm(packages, desc="extract catalogues", unit="pkg"):
+        for package in progress(packages, desc="extract catalogues", unit="pkg"):
             deb, path = by_package[package]
             pairs, n_mo = debian.catalogue_pairs(path)
             catalogues[package] = {"version": deb.version, "catalogues": n_mo, "segments": len(pairs)}

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-from tqdm import tqdm
-
 from vocabridge.corpora.mo import read_mo
 from vocabridge.errors import DownloadError, InputError
+from vocabridge.progress import progress
 
 LIBREOFFICE_HELP = {"de": "libreoffice-help-de", "en": "libreoffice-help-en-us"}
 _GERMAN_LOCALES = ("de", "de_DE", "de_AT", "de_CH")  # in order of preference
@@ -60,7 +59,7 @@ def download(debs: list[Deb], dest: Path, key: str) -> list[Path]:
     """Fetch the .debs not yet in `dest`, a few per apt-get call, with a progress bar."""
     dest.mkdir(parents=True, exist_ok=True)
     todo = [d for d in debs if not (dest / d.filename).is_file()]
-    with tqdm(total=len(debs), initial=len(debs) - len(todo), desc="download .deb", unit="pkg") as bar:
+    with progress(total=len(debs), initial=len(debs) - len(todo), desc="download .deb", unit="pkg") as bar:
         for start in range(0, len(todo), 8):
             chunk = todo[start : start + 8]
             proc = subprocess.run(["apt-get", "download", *[f"{d.package}={d.version}" for d in chunk]],
@@ -154,7 +153,7 @@ def _help_pages(path: Path, lang_dir: str) -> dict[str, dict[str, str]]:
     prefix = re.compile(rf"^\.?/?usr/share/libreoffice/help/{re.escape(lang_dir)}/(text/.+\.html)$")
     pages = {}
     members = deb_members(path, lambda n: prefix.match(n) is not None)
-    for name, data in tqdm(members, desc=f"read LibreOffice help ({lang_dir})", unit="page"):
+    for name, data in progress(members, desc=f"read LibreOffice help ({lang_dir})", unit="page"):
         parser = _ParagraphParser()
         parser.feed(data.decode("utf-8", errors="replace"))
         pages[prefix.match(name).group(1)] = parser.paragraphs

@@ -24,7 +24,6 @@ import sacrebleu
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
-from tqdm import tqdm
 
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import VocabridgeError
@@ -35,6 +34,7 @@ from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import resolve_bf16, usable_cores
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab, domain_tag
+from vocabridge.progress import progress, write
 
 if TYPE_CHECKING:  # every stage imports this module for use_compute: transformers and pandas wait until used
     from transformers.models.marian.modeling_marian import MarianMTModel
@@ -258,17 +258,17 @@ class Trainer:
         cfg, st = self.cfg, self.state
         resumed = self._resume()
         st = self.state
-        tqdm.write(f"{self.name}: computing in {self.precision.name} ({self.precision.reason})", file=sys.stderr)
+        write(f"{self.name}: computing in {self.precision.name} ({self.precision.reason})", file=sys.stderr)
         if resumed:
-            tqdm.write(f"{self.name}: resuming from the checkpoint at update {st.step} ({self.ckpt_dir / 'last'})",
-                       file=sys.stderr)
+            write(f"{self.name}: resuming from the checkpoint at update {st.step} ({self.ckpt_dir / 'last'})",
+                  file=sys.stderr)
         self._last_saved = st.step
         self.model.train()
         if not resumed:
             torch.manual_seed(cfg.seed)  # dropout: the row's seed, not whatever seeded the process's generator
             self._evaluate()  # update 0: the starting point of the learning curve
             self._save("last")
-        bar = tqdm(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd", dynamic_ncols=True)
+        bar = progress(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd")
         window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
         while st.step < cfg.max_updates and not st.stopped:
             if self.resample is not None and st.epoch != self._data_epoch:

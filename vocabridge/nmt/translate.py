@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from vocabridge.nmt.model import load_model, load_vocabs
 from vocabridge.nmt.precision import Precision, resolve_bf16
 from vocabridge.nmt.vocab import Vocab
+from vocabridge.progress import progress as progress_bar
 
 if TYPE_CHECKING:
     from transformers.models.marian.modeling_marian import MarianMTModel
@@ -31,7 +31,7 @@ def translate(model: MarianMTModel, src: Vocab, tgt: Vocab, lines: list[str], *,
     order = np.argsort([-len(x) for x in ids], kind="stable")
     out: list[list[int]] = [[] for _ in lines]
     started = time.perf_counter()
-    bar = tqdm(total=len(lines), desc=f"translate (beam {beam})", unit="sent", disable=not progress)
+    bar = progress_bar(total=len(lines), desc=f"translate (beam {beam})", unit="sent", disable=not progress)
     pos = 0
     while pos < len(order):
         longest = len(ids[order[pos]])

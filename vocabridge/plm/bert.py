@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from tqdm import tqdm
 
 from vocabridge.config import BertArch, MlmTraining
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
 from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
+from vocabridge.progress import progress, write
 
 if TYPE_CHECKING:  # transformers' model code costs seconds to import: the functions that need it import it
     from transformers.models.bert.modeling_bert import BertForMaskedLM
@@ -226,7 +226,7 @@ class MlmTrainer:
     def train(self) -> MlmState:
         cfg = self.cfg
         if self._resume():
-            tqdm.write(f"{self.name}: resuming from the checkpoint at update {self.state.step}", file=sys.stderr)
+            write(f"{self.name}: resuming from the checkpoint at update {self.state.step}", file=sys.stderr)
         else:
             torch.manual_seed(cfg.seed)
             loss, accuracy = self.evaluate()
@@ -235,7 +235,7 @@ class MlmTrainer:
             self._save()
         st = self.state
         self.model.train()
-        bar = tqdm(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd", dynamic_ncols=True)
+        bar = progress(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd")
         window, started = [], time.perf_counter()
         while st.step < cfg.max_updates:
             batches = _batches(len(self.train_ids), cfg.batch_sentences, cfg.seed, st.epoch)

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from vocabridge.config import GeneratorTraining, Resegment
 from vocabridge.errors import InputError
@@ -45,6 +44,7 @@ from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, make_batches
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.vocab import Vocab
+from vocabridge.progress import progress, write
 from vocabridge.transfer.generator import Generator
 from vocabridge.transfer.morph import MorphIndex
 from vocabridge.transfer.plan import BOUNDARY, SPECIALS, is_filler
@@ -361,10 +361,10 @@ class GeneratorTrainer:
     def train(self) -> State:
         cfg = self.cfg
         if self._resume():
-            tqdm.write(f"{self.name}: resuming from the checkpoint at step {self.state.step} "
-                       f"({self.ckpt_dir / 'last'})", file=sys.stderr)
+            write(f"{self.name}: resuming from the checkpoint at step {self.state.step} "
+                  f"({self.ckpt_dir / 'last'})", file=sys.stderr)
         st = self.state
-        bar = tqdm(total=cfg.steps, initial=st.step, desc=self.name, unit="step", dynamic_ncols=True)
+        bar = progress(total=cfg.steps, initial=st.step, desc=self.name, unit="step")
         window = {"loss": 0.0, "lp": 0.0, "ld": 0.0, "tokens": 0, "n": 0}
         window_start = time.perf_counter()
         while st.step < cfg.steps:
