@@ -227,7 +227,7 @@ def test_the_command_prints_every_stage_group_and_both_totals(tmp_path):
         assert f"| {group} |" in proc.stdout
     params = parse(Params, apply_profile(ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml"), "params")
     rows, seeds = len(params.rows), len(params.seeds)  # every cell of the tiny grid, each stage once per cell
-    assert f"grid: {rows * seeds} cells ({rows} rows x {seeds} seeds)" in proc.stdout
+    assert f"grid: {rows * seeds} cells ({rows} rows x {seeds} seed{'' if seeds == 1 else 's'})" in proc.stdout
     assert f"| finetune | {rows * seeds} |" in proc.stdout and f"| row | {rows} |" in proc.stdout
     assert "Prefect flow" in proc.stdout and "`dvc repro`" in proc.stdout and "native bf16" in proc.stdout
     bad = subprocess.run([sys.executable, "-m", "vocabridge.cli", "estimate", "--profile", "nope"], cwd=ROOT,

@@ -272,7 +272,7 @@ def deterministic_outputs(project: Path) -> dict[str, str]:
 # A forced rerun reproduces every stage kind once: two rows, one of them with the trained generator
 FORCED = ["mismatch", "evaluate@va-llm-1", "evaluate@patt-eg-kd-1"]
 FORCED_RUN = ["prepare@upstream", "prepare@downstream", "spm@upstream", "spm@downstream", "mismatch", "pretrain",
-              "cbow", "generator", "row@va-llm", "row@patt-eg-kd",
+              "cbow", "generator", "backtranslate", "row@va-llm", "row@patt-eg-kd",
               *[f"{stage}@{r}-1" for stage in ("transfer", "finetune", "evaluate") for r in ("va-llm", "patt-eg-kd")]]
 
 
@@ -601,7 +601,7 @@ def test_a_backtranslated_row_fine_tunes_on_the_backward_models_translations_too
     assert base == {"pairs": 0}  # the tiny profile has no backward model: an empty corpus, nothing decoded
     params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
     params["upstreams"] = {"backward": {"reverse": True}}
-    params["backtranslation"] = {"sentences": 300, "beam": 2}
+    params["backtranslation"] |= {"sentences": 300, "beam": 2}
     params["rows"]["ft-srcv-bt"] = {"method": "ft-srcv", "backtranslated": True}
     (tiny_copy / "params.yaml").write_text(yaml.safe_dump(params))
     stages = ["upstream@backward", "backtranslate", "row@ft-srcv-bt", "transfer@ft-srcv-bt-1", "finetune@ft-srcv-bt-1"]
