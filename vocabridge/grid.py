@@ -57,13 +57,18 @@ def cells(rows: dict | list, seeds: list[int]) -> list[Cell]:
 
 
 def knobs_digest(knobs: dict) -> str:
-    """A short content hash of a row's resolved knobs: records with the same digest ran the same row."""
-    text = json.dumps(knobs, sort_keys=True, separators=(",", ":"))
+    """A short content hash of a row's resolved knobs: records with the same digest ran the same row. Knobs left
+    unset (None) do not count, so a knob added to the code later leaves the committed cells' digests as they were."""
+    text = json.dumps(_set(knobs), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 COMPUTE_ONLY = ("seed", "threads")  # training settings that do not define the experiment (a cell has its own seed;
 #                                   threads change the last bits only)
+
+
+def _set(value):
+    return {k: _set(v) for k, v in value.items() if v is not None} if isinstance(value, dict) else value
 
 
 def condition_digest(training: dict, evaluate: dict, train_pairs: int) -> str:
