@@ -60,6 +60,25 @@ class Dag:
     def order(self) -> list[str]:
         return list(self.stages)
 
+    def depth(self) -> dict[str, int]:
+        """How many stages lie on the longest path from a root to each stage (a root is 0)."""
+        depth: dict[str, int] = {}
+        for name in self.order:  # topological
+            ups = [depth[u] for u in self.stages[name].upstream if u in depth]
+            depth[name] = 1 + max(ups) if ups else 0
+        return depth
+
+    def startable(self, pending: list[str], done: set[str], slots: int) -> list[str]:
+        """The `slots` pending stages to start now: those whose upstream stages are done, deepest first.
+
+        Deepest first finishes what was started: a cell's evaluation runs before the next cell's fine-tune, so
+        finished cells accumulate while a long grid runs and a run cut off loses the least. Ties keep DVC's order.
+        """
+        depth = self.depth()
+        ready = [n for n in self.order if n in set(pending)
+                 and all(u in done for u in self.stages[n].upstream if u in self.stages)]
+        return sorted(ready, key=lambda n: -depth[n])[:max(0, slots)]
+
     def ancestors(self, name: str) -> set[str]:
         seen: set[str] = set()
         todo = [name]

@@ -98,24 +98,24 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
         ready = [n for n, s in pending.items() if all(u in done for u in s.upstream if u in dag.stages)]
         threads, heavy_threads = stage_threads(dag, jobs, [*running, *ready])
         for name, stage in list(pending.items()):
-            upstream = [u for u in stage.upstream if u in dag.stages]
-            if any(u in failed or u in not_run for u in upstream):
+            if any(u in failed or u in not_run for u in stage.upstream if u in dag.stages):
                 not_run.append(name)
                 del pending[name]
-            elif all(u in done for u in upstream) and len(running) < jobs:
-                opts = options(stage, retry_delay)
-                if name in remote_names:
-                    assert remote is not None
-                    running[name] = run_stage_elsewhere.with_options(**opts).submit(
-                        name, str(workspace), upstream, remote["deployment"], remote["git_url"], remote["url"],
-                        lock_timeout)
-                else:
-                    running[name] = run_stage.with_options(**opts).submit(
-                        name, str(workspace), name in forced, lock_timeout,
-                        heavy_threads if stage.all_cores else threads)
-                del pending[name]
-                if record:
-                    record.start(name)
+        for name in dag.startable(list(pending), set(done), jobs - len(running)):
+            stage, upstream = pending[name], [u for u in pending[name].upstream if u in dag.stages]
+            opts = options(stage, retry_delay)
+            if name in remote_names:
+                assert remote is not None
+                running[name] = run_stage_elsewhere.with_options(**opts).submit(
+                    name, str(workspace), upstream, remote["deployment"], remote["git_url"], remote["url"],
+                    lock_timeout)
+            else:
+                running[name] = run_stage.with_options(**opts).submit(
+                    name, str(workspace), name in forced, lock_timeout,
+                    heavy_threads if stage.all_cores else threads)
+            del pending[name]
+            if record:
+                record.start(name)
         if not running:
             break
         try:

@@ -159,6 +159,25 @@ def test_rows_and_seeds_select_the_grid_s_cells():
         dag.select(seeds=[4])
 
 
+def test_the_deepest_ready_stage_starts_first_so_cells_finish_one_by_one():
+    dag = grid_dag(["ft-srcv", "va-llm"], [1, 2])
+    order, done, pending = [], set(), list(dag.order)
+    while pending:  # one job: start, finish, repeat
+        (name,) = dag.startable(pending, done, 1)
+        order.append(name)
+        done.add(name)
+        pending.remove(name)
+    assert order[-1] == "report" and set(order) == set(dag.order)
+    first_cell = [n for n in order if n.endswith("@ft-srcv-1")]
+    assert first_cell == ["transfer@ft-srcv-1", "finetune@ft-srcv-1", "evaluate@ft-srcv-1"]
+    assert order.index("evaluate@ft-srcv-1") < min(order.index(f"finetune@{c}") for c in ("ft-srcv-2", "va-llm-1"))
+    for name in order:  # never before its upstream stages
+        assert all(order.index(u) < order.index(name) for u in dag.stages[name].upstream)
+    assert dag.startable(["finetune@va-llm-2", "evaluate@ft-srcv-1"], set(dag.order) - {
+        "finetune@va-llm-2", "evaluate@ft-srcv-1"}, 1) == ["evaluate@ft-srcv-1"]
+    assert dag.startable(["report"], set(), 2) == [] and dag.startable(list(dag.order), set(), 0) == []
+
+
 TOY_GRID = {"stages": {
     "row": {"foreach": "${rows}", "do": {"cmd": "echo ${key} > data/rows/${key}.txt",
                                          "outs": ["data/rows/${key}.txt"]}},
