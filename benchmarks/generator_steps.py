@@ -110,6 +110,7 @@ def main() -> None:
                           f"{rate:.3f} s/step", flush=True)
                     break
             trainer.cfg = dataclasses.replace(cfg.train, steps=steps)
+            trainer.cadence = dataclasses.replace(trainer.cadence, max_updates=steps)  # the loop goes on from here
             start = time.perf_counter()
             state = trainer.train() if steps else trainer.state
             wall = time.perf_counter() - start

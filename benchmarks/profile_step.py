@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from vocabridge.config import load_params
 from vocabridge.corpora.user import read_text_lines
-from vocabridge.nmt.data import Parallel, collate, make_batches
+from vocabridge.nmt.data import Parallel, make_batches
 from vocabridge.nmt.model import build_model
 from vocabridge.nmt.precision import describe_cpu
 from vocabridge.nmt.train import Trainer, threads_of
@@ -48,11 +48,11 @@ def main() -> None:
     batches = make_batches(data, cfg.batch_tokens, cfg.seed, 0)[: args.warm + args.updates]
     model.train()
     for idx in batches[: args.warm]:
-        trainer._step(collate(data, idx, src.pad_id, tgt.pad_id, tgt.pad_id))
+        trainer._step(trainer.collate(idx, 0)[0])
     started = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for idx in batches[args.warm:]:
-            trainer._step(collate(data, idx, src.pad_id, tgt.pad_id, tgt.pad_id))
+            trainer._step(trainer.collate(idx, 0)[0])
     seconds = (time.perf_counter() - started) / len(batches[args.warm:])
     cpu = describe_cpu()
     print(f"{cpu['cpu']} ({cpu['capability']}, native bf16 {'yes' if cpu['bf16_native'] else 'no'}), {threads} "

@@ -96,7 +96,7 @@ def ours(model, src, tgt, data, cfg, updates: int, warm: int, bf16: bool) -> dic
     for i, idx in enumerate(batches):
         if i == warm:
             started = time.perf_counter()
-        trainer._step(collate(data, idx, src.pad_id, tgt.pad_id, tgt.pad_id))
+        trainer._step(trainer.collate(idx, 0)[0])
         if i >= warm:
             tokens += int(sum(len(data.tgt[j]) for j in idx))
     seconds = time.perf_counter() - started

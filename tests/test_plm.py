@@ -141,6 +141,15 @@ def test_the_conditional_masked_lm_batch_masks_one_to_all_pieces_never_the_frame
 
 def test_the_length_token_learns_the_target_length_from_the_source(tokenizer):
     """Each source is one word repeated; the target length is set by which word it is."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the measured margin below is one thread's: other counts sum in other orders
+    try:
+        _learn_lengths(tokenizer)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _learn_lengths(tokenizer) -> None:
     torch.manual_seed(0)
     words = ["Gott", "Erde", "Licht", "Tiefe"]
     sources = [" ".join([w] * (1 + i % 3)) for i in range(24) for w in words][:24]

@@ -28,8 +28,8 @@ import torch
 
 from vocabridge.config import AbnetModel, Arch, Params, Training
 from vocabridge.nmt.model import use_fast_attention
-from vocabridge.nmt.precision import cached, describe_cpu, resolve_bf16
-from vocabridge.nmt.train import adam, apply_gradients, threads_of, training_loss
+from vocabridge.nmt.precision import cached, describe_cpu
+from vocabridge.nmt.train import threads_of
 
 # Mean pieces per training segment (source, target) when the corpora are not prepared yet: the default corpora
 # with their 8k SentencePiece vocabularies (IT strings are short, verses long).
@@ -43,7 +43,7 @@ BUDGET_FILL = 0.97
 UPSTREAM_LINES = 283_000  # the default upstream corpus (Debian gettext catalogues, LibreOffice help)
 LATENCY_COST = 3.0  # evaluate.latency_sentences: a sentence decoded alone, in sentences of a batch (assumed)
 WARMUP_UPDATES = 2
-MEASUREMENT_LAYOUT = "4"  # bumped when what `measure` times changes (4: AB-Net-Enc, test decoding): older
+MEASUREMENT_LAYOUT = "5"  # bumped when what `measure` times changes (5: the trainers' own `_step`): older
 #                            cached figures are not reused
 TIMED_UPDATES = 3
 
@@ -120,24 +120,23 @@ def _batch(vocab: int, src_pieces: int, tgt_pieces: int, batch_tokens: int, devi
                                          "decoder_input_ids": tgt.roll(1, 1), "labels": tgt}.items()}
 
 
+UNUSED_CHECKPOINTS = Path(tempfile.gettempdir()) / "vocabridge-estimate-never-written"  # a timed step saves none
+
+
 def _updater(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, device: torch.device,
              frozen: bool) -> tuple[Callable[[], None], str]:
-    """One training update as nmt.train's Trainer makes it (its loss and gradient step: Adam, label smoothing,
-    clipping, its precision) on a fresh model."""
-    model = use_fast_attention(_model(arch, vocab).to(device).train(), device)
-    precision = resolve_bf16(False if frozen else cfg.bf16, device)
+    """One update of nmt.train's Trainer (its `_step`: loss, precision, clipping, Adam, schedule) on a fresh model
+    and a batch of the real shape. `frozen`: only the embeddings learn, in fp32, as in generator pretraining."""
+    from vocabridge.nmt.train import Trainer
+
+    model = _model(arch, vocab).to(device).train()
     if frozen:
+        cfg = dataclasses.replace(cfg, bf16=False)
         for name, p in model.named_parameters():
             p.requires_grad_("embed_tokens" in name)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = adam(params, 1e-4)
+    trainer = Trainer(model, None, None, None, ([], []), cfg, UNUSED_CHECKPOINTS, {}, "estimate")
     batch = _batch(vocab, *pieces, cfg.batch_tokens, device)
-
-    def update() -> None:
-        apply_gradients(training_loss(model, batch, cfg.label_smoothing, precision.bf16), optimizer, params,
-                        cfg.clip_norm)
-
-    return update, precision.name
+    return (lambda: trainer._step(batch)), trainer.precision.name
 
 
 def _seconds_per_update(update: Callable[[], None], device: torch.device) -> float:
@@ -163,8 +162,10 @@ def time_updates(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training,
 
 
 def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: torch.device) -> float:
-    """Seconds per masked-LM update of the plm stage's BERT (plm.bert.MlmTrainer's step) at `threads`."""
+    """Seconds per masked-LM update of the plm stage's BERT (plm.bert.MlmTrainer's `_step`) at `threads`."""
     from transformers import BertConfig, BertForMaskedLM
+
+    from vocabridge.plm.bert import MlmTrainer
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -173,21 +174,13 @@ def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: t
                                        max_position_embeddings=arch.max_positions, hidden_dropout_prob=arch.dropout,
                                        attention_probs_dropout_prob=arch.dropout))
     model.set_attn_implementation("eager")
-    model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    trainer = MlmTrainer(model.train(), None, [[0]], [], cfg, UNUSED_CHECKPOINTS, {}, "estimate", device)
     gen = torch.Generator().manual_seed(0)
     length = min(pieces + 2, cfg.max_len, arch.max_positions)
     ids = torch.randint(5, vocab, (cfg.batch_sentences, length), generator=gen).to(device)
     labels = torch.where(torch.rand(ids.shape, generator=gen).to(device) < cfg.mask_prob, ids, -100)
-
-    def update() -> None:
-        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-
-    return _seconds_per_update(update, device)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    return _seconds_per_update(lambda: trainer._step(batch), device)
 
 
 def abnet_kind(spec: AbnetModel | None) -> str:
@@ -205,23 +198,14 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     its dev decoding (Mask-Predict, abnet.decoding; AB-Net-Enc and PLM-sponsored: greedy) and test decoding
     (AB-Net-Enc and PLM-sponsored: beam search, evaluate.beam), on random BERTs of plm.arch's size, at
     `threads`."""
-    from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel
+    from transformers import BertConfig, BertForMaskedLM
 
-    from vocabridge.plm.abnet import (
-        ABNet,
-        ABNetEnc,
-        autoregressive_decoder_config,
-        beam_search,
-        cmlm_loss,
-        mask_predict,
-        mask_targets,
-        seq2seq_loss,
-    )
-    from vocabridge.plm.sponsored import PlmSponsored, auxiliary_labels, sponsored_loss
+    from vocabridge.plm.abnet import beam_search, build_abnet, mask_predict, mask_targets, model_kind
+    from vocabridge.plm.sponsored import auxiliary_labels
     from vocabridge.plm.sponsored import beam_search as sponsored_beam_search
+    from vocabridge.plm.train import TRAINERS
 
     pretrained = spec.plms
-
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     arch = params.plm.arch
@@ -233,46 +217,34 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
         bert.set_attn_implementation("eager")
     adapters = dataclasses.replace(params.abnet.adapters,
                                    max_target_len=min(params.abnet.adapters.max_target_len, arch.max_positions - 2))
-    enc = spec.decoder == "autoregressive"
-    sponsored = spec.decoder == "coordinator"
-    if sponsored:
-        teacher = BertForMaskedLM(config) if pretrained and params.abnet.sponsored.distill else None
-        model = PlmSponsored(*berts, teacher, params.abnet.sponsored, adapters).to(device).train()
-    elif enc:
-        decoder = BertLMHeadModel(autoregressive_decoder_config(config))
-        decoder.set_attn_implementation("eager")
-        model = ABNetEnc(berts[0], decoder, adapters, freeze_bert=pretrained).to(device).train()
-    else:
-        model = ABNet(*berts, adapters, freeze_bert=pretrained).to(device).train()
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = adam(trainable, 1e-4)
+    settings = params.abnet.sponsored
+    teacher = BertForMaskedLM(config) if spec.decoder == "coordinator" and pretrained and settings.distill else None
+    special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
+    model = build_abnet(*berts, adapters, pretrained, spec.decoder, settings, teacher, special).to(device).train()
+    kind = model_kind(model)
+    trainer = TRAINERS[kind](model, None, None, None, ([], []), params.abnet.train, UNUSED_CHECKPOINTS, {},
+                             "estimate", params.abnet.decoding, params.abnet.length_weight)
     length = max(3, min(pieces + 2, arch.max_positions))
     rows = max(1, int(BUDGET_FILL * params.abnet.train.batch_tokens) // length)
     gen = torch.Generator().manual_seed(0)
     source = torch.randint(5, vocab, (rows, length), generator=gen)
     targets = torch.randint(5, vocab, (rows, length), generator=gen)
-    batch = mask_targets(targets.tolist(), 4, 0, gen)
-    batch = {k: v.to(device) for k, v in batch.items()}
-    source, keep = source.to(device), torch.ones_like(source).to(device)
-    if sponsored:  # abnet.sponsored's terms (the ablations of its Table 3 only drop some): L_MLM on a copy
-        settings = params.abnet.sponsored
-        sponsored_batch = {"source": source, "source_keep": keep, "target": targets.to(device), "target_keep": keep}
-        if settings.mlm:
+    keep = torch.ones_like(source)
+    if kind == "abnet":  # the batch that AbnetTrainer's `_collate` makes: masked targets, lengths
+        batch = {"source": source, "source_keep": keep, **mask_targets(targets.tolist(), 4, 0, gen)}
+    else:  # AB-Net-Enc's and the PLM-sponsored model's: both sides as they are, and Eq. 9's extra terms
+        batch = {"source": source, "source_keep": keep, "target": targets, "target_keep": keep}
+        if kind == "plm-nmt" and settings.mlm:
             masked = torch.rand(source.shape, generator=gen) < settings.mlm
-            sponsored_batch |= {"mlm_source": source.masked_fill(masked.to(device), 4),
-                                "mlm_labels": source.masked_fill(~masked.to(device), -100)}
-        if settings.target_lm:
-            sponsored_batch["lm_labels"] = auxiliary_labels(targets, torch.ones_like(targets), settings.target_lm,
-                                                            gen).to(device)
+            batch |= {"mlm_source": source.masked_fill(masked, 4), "mlm_labels": source.masked_fill(~masked, -100)}
+        if kind == "plm-nmt" and settings.target_lm:
+            batch["lm_labels"] = auxiliary_labels(targets, keep, settings.target_lm, gen)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    source, keep = batch["source"], batch["source_keep"]
+    enc, sponsored = kind == "abnet-enc", kind == "plm-nmt"
 
     def update() -> None:
-        if sponsored:
-            loss, _ = sponsored_loss(model, sponsored_batch)
-        elif enc:
-            loss = seq2seq_loss(model, source, keep, targets.to(device), keep)
-        else:
-            loss, _ = cmlm_loss(model, source, keep, batch)
-        apply_gradients(loss, optimizer, trainable, 1.0)
+        trainer._step(batch)
 
     per_update = _seconds_per_update(update, device)
     model.eval()

@@ -1,10 +1,9 @@
-"""The training loop shared by pretraining and fine-tuning.
+"""Training a translation model (pretraining, fine-tuning): the Marian family of the one training loop.
 
 Adam with inverse-square-root warm-up, label smoothing, gradient clipping, bf16 autocast where this machine
 runs it faster than fp32 (nmt.precision). Checkpoint selection and early stopping use dev BLEU (greedy) or,
 where BLEU is too small to be more than noise (tiny models), dev cross-entropy; a tie goes to the later update.
-Checkpoints (safetensors + JSON, no pickle) are written atomically every N updates; a rerun with the same
-fingerprint resumes exactly where the last checkpoint left off (same batches, same dropout masks).
+Checkpoints, resume and early stopping are the loop's (vocabridge.training).
 """
 
 from __future__ import annotations
@@ -12,10 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -23,42 +21,25 @@ import numpy as np
 import sacrebleu
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_model, save_model
 
 from vocabridge.corpora.user import read_text_lines
-from vocabridge.errors import VocabridgeError
-from vocabridge.fileio import atomic_dir, recover_dir
-from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import resolve_bf16, usable_cores
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab, domain_tag
-from vocabridge.progress import progress, write
+from vocabridge.training import Cadence, LoopState, Loss, TrainingError, TrainLoop
 
 if TYPE_CHECKING:  # every stage imports this module for use_compute: transformers and pandas wait until used
     from transformers.models.marian.modeling_marian import MarianMTModel
 
 
-class TrainingError(VocabridgeError):
-    """Training cannot go on (a loss that is not finite, a checkpoint that does not fit)."""
-
-
 @dataclass
-class State:
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
+class State(LoopState):
     best_bleu: float = -1.0
     best_loss: float = math.inf
-    best_step: int = 0
-    bad_evals: int = 0
-    target_tokens: int = 0
-    seconds: float = 0.0  # the training loop's wall time (updates, and the evaluations and checkpoints within)
-    dev_bleu_seconds: float = 0.0  # of which greedy decoding for dev BLEU (update 0's included)
+    dev_bleu_seconds: float = 0.0  # of the loop's time: greedy decoding for dev BLEU (update 0's included)
     dev_loss_seconds: float = 0.0  # ... teacher-forced dev cross-entropy
-    checkpoint_seconds: float = 0.0  # ... writing `last` and `best`
-    stopped: str = ""
     loss_log: list[dict] = field(default_factory=list)
     dev_log: list[dict] = field(default_factory=list)
 
@@ -149,33 +130,32 @@ def adam(params, lr: float) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
 
-def apply_gradients(loss: torch.Tensor, optimizer: torch.optim.Optimizer, params, clip_norm: float) -> None:
-    """Backward, clip the gradients' global norm, one optimizer step."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, clip_norm)
-    optimizer.step()
+class Trainer(TrainLoop):
+    """A translation model (Marian) on parallel data: label-smoothed cross-entropy, Adam with inverse-square-root
+    warm-up, dev BLEU or dev cross-entropy to select the checkpoint. AB-Net's family overrides the hooks."""
 
+    State = State
 
-class Trainer:
     def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, dev: tuple[list[str], list[str]],
                  cfg, ckpt_dir: Path, fingerprint: dict, name: str, resample: Callable[[int], Parallel] | None = None,
                  dev_prefix: int | None = None):
+        from transformers.optimization import get_inverse_sqrt_schedule
+
         self.model, self.src, self.tgt, self.data, self.cfg = model, src, tgt, data, cfg
         self.dev_prefix = dev_prefix  # the dev set's domain tag (target-token mixing), for the dev loss
         self.resample = resample  # epoch -> that epoch's training data (subword regularisation); None: `data`
         self._data_epoch = 0  # the epoch `data` was sampled for (resample(0) is what fit passes)
         self.dev_src, self.dev_ref = dev[0][: cfg.dev_sentences], dev[1][: cfg.dev_sentences]
-        self.ckpt_dir, self.fingerprint, self.name = Path(ckpt_dir), fingerprint, name
-        self.device = next(model.parameters()).device
+        device = next(model.parameters()).device
+        self.device = device
         self._prepare()
-        self.precision = resolve_bf16(cfg.bf16, self.device)
+        self.precision = resolve_bf16(cfg.bf16, device)
         self.bf16 = self.precision.bf16
-        from transformers.optimization import get_inverse_sqrt_schedule
-
-        self.optimizer = adam([p for p in model.parameters() if p.requires_grad], cfg.lr)
-        self.scheduler = get_inverse_sqrt_schedule(self.optimizer, num_warmup_steps=max(cfg.warmup, 1))
-        self.state = State()
+        optimizer = adam([p for p in model.parameters() if p.requires_grad], cfg.lr)
+        super().__init__(model, optimizer, get_inverse_sqrt_schedule(optimizer, num_warmup_steps=max(cfg.warmup, 1)),
+                         Cadence(cfg.max_updates, cfg.log_every, cfg.checkpoint_every, cfg.eval_every, cfg.patience,
+                                 cfg.clip_norm, cfg.seed), ckpt_dir, fingerprint, name, device)
+        self.selection = f"dev {'loss' if cfg.select_by == 'loss' else 'BLEU'}"
 
     # -- what a model family defines (AB-Net's trainer overrides these) ---------------------------------------
     def _prepare(self) -> None:
@@ -194,45 +174,20 @@ class Trainer:
         return dev_loss(self.model, self.src, self.tgt, self.dev_src, self.dev_ref, bf16=self.bf16,
                         tgt_prefix=self.dev_prefix)
 
-    # -- checkpoints ------------------------------------------------------------------------------------------
-    def _save(self, which: str) -> None:
-        started = time.perf_counter()
-        self._write(which)
-        self.state.checkpoint_seconds += time.perf_counter() - started
+    # -- the loop's hooks ---------------------------------------------------------------------------------------
+    def plan(self, epoch: int) -> list[np.ndarray]:
+        if self.resample is not None and epoch != self._data_epoch:
+            self.data, self._data_epoch = self.resample(epoch), epoch
+        return make_batches(self.data, self.cfg.batch_tokens, self.cfg.seed, epoch)
 
-    def _write(self, which: str) -> None:
-        if which == "last":
-            sched = {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
-            save_checkpoint(self.ckpt_dir, self.model, self.optimizer,
-                            {"state": asdict(self.state), "scheduler": sched, "fingerprint": self.fingerprint})
-            return
-        with atomic_dir(self.ckpt_dir / which) as tmp:
-            save_model(self.model, str(tmp / "model.safetensors"))
+    def collate(self, item: np.ndarray, step: int) -> tuple[dict[str, torch.Tensor], int]:
+        batch = {k: v.to(self.device) for k, v in self._collate(item).items()}
+        return batch, int(sum(len(self.data.tgt[i]) for i in item))
 
-    def _resume(self) -> bool:
-        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.model, self.optimizer, self.device)
-        if saved is None:
-            return False
-        recover_dir(self.ckpt_dir / "best")  # the best weights that `last`'s state names, if a kill set them aside
-        self.scheduler.load_state_dict(self.scheduler.state_dict() | saved["scheduler"])
-        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
-            group["lr"] = lr
-        self.state = State(**saved["state"])
-        return True
+    def loss(self, batch: dict[str, torch.Tensor]) -> Loss:
+        return Loss(self._loss(batch))
 
-    # -- the loop ---------------------------------------------------------------------------------------------
-    def _step(self, batch: dict[str, torch.Tensor]) -> float:
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        loss = self._loss(batch)
-        if not torch.isfinite(loss):
-            where = self.ckpt_dir / "last"
-            raise TrainingError(f"{self.name}: loss is {loss.item()} at update {self.state.step + 1}; stopped. "
-                                f"The last good checkpoint is {where} (update {self._last_saved})")
-        apply_gradients(loss, self.optimizer, self.model.parameters(), self.cfg.clip_norm)
-        self.scheduler.step()
-        return loss.item()
-
-    def _evaluate(self) -> None:
+    def validate(self) -> float:
         st = self.state
         started = time.perf_counter()
         bleu = self._dev_bleu()
@@ -240,76 +195,24 @@ class Trainer:
         loss = self._dev_loss()
         st.dev_bleu_seconds += decoded - started
         st.dev_loss_seconds += time.perf_counter() - decoded
-        self.model.train()
         st.dev_log.append({"step": st.step, "dev_bleu": bleu, "dev_loss": loss})
-        by_loss = self.cfg.select_by == "loss"
-        score, best = (-loss, -st.best_loss) if by_loss else (bleu, st.best_bleu)
-        if score >= best:  # a tie goes to the later update: more training, never the untouched start
-            st.bad_evals = 0 if score > best else st.bad_evals + 1
-            st.best_bleu, st.best_loss, st.best_step = bleu, loss, st.step
-            self._save("best")
-        else:
-            st.bad_evals += 1
-        if self.cfg.patience and st.bad_evals >= self.cfg.patience:
-            st.stopped = f"early stop: no dev {'loss' if by_loss else 'BLEU'} gain in {st.bad_evals} evaluations"
+        self._last_dev = bleu, loss
+        return -loss if self.cfg.select_by == "loss" else bleu
 
-    def train(self) -> State:
-        """Run to max_updates or early stop; the best weights end up in ckpt_dir/best."""
-        cfg, st = self.cfg, self.state
-        resumed = self._resume()
-        st = self.state
-        write(f"{self.name}: computing in {self.precision.name} ({self.precision.reason})", file=sys.stderr)
-        if resumed:
-            write(f"{self.name}: resuming from the checkpoint at update {st.step} ({self.ckpt_dir / 'last'})",
-                  file=sys.stderr)
-        self._last_saved = st.step
-        self.model.train()
-        if not resumed:
-            torch.manual_seed(cfg.seed)  # dropout: the row's seed, not whatever seeded the process's generator
-            self._evaluate()  # update 0: the starting point of the learning curve
-            self._save("last")
-        bar = progress(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd")
-        window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
-        while st.step < cfg.max_updates and not st.stopped:
-            if self.resample is not None and st.epoch != self._data_epoch:
-                self.data, self._data_epoch = self.resample(st.epoch), st.epoch
-            batches = make_batches(self.data, cfg.batch_tokens, cfg.seed, st.epoch)
-            while st.batch_in_epoch < len(batches) and st.step < cfg.max_updates and not st.stopped:
-                idx = batches[st.batch_in_epoch]
-                tokens = int(sum(len(self.data.tgt[i]) for i in idx))
-                loss = self._step(self._collate(idx))
-                st.step += 1
-                st.batch_in_epoch += 1
-                st.target_tokens += tokens
-                window_loss += loss
-                window_tokens += tokens
-                bar.update(1)
-                if st.step % cfg.log_every == 0 or st.step == cfg.max_updates:
-                    elapsed = time.perf_counter() - window_start
-                    st.seconds += elapsed
-                    n = st.step % cfg.log_every or cfg.log_every
-                    row = {"step": st.step, "loss": round(window_loss / n, 4),
-                           "lr": float(f"{self.scheduler.get_last_lr()[0]:.6g}"),
-                           "target_tokens_per_s": round(window_tokens / max(elapsed, 1e-9), 1)}
-                    st.loss_log.append(row)
-                    bar.set_postfix(loss=row["loss"], tok_s=row["target_tokens_per_s"], dev=st.best_bleu)
-                    window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
-                if st.step % cfg.eval_every == 0 or st.step == cfg.max_updates:
-                    self._evaluate()
-                if st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_updates or st.stopped:
-                    self._save("last")
-                    self._last_saved = st.step
-            if st.batch_in_epoch >= len(batches):
-                st.epoch += 1
-                st.batch_in_epoch = 0
-        bar.close()
-        if not st.stopped:
-            st.stopped = "max_updates reached" if cfg.max_updates else "no training (max_updates 0)"
-            self._save("last")
-        return st
+    def improved(self) -> None:
+        self.state.best_bleu, self.state.best_loss = self._last_dev
 
-    def load_best(self) -> None:
-        load_model(self.model, str(self.ckpt_dir / "best" / "model.safetensors"), device=str(self.device))
+    def best_score(self) -> float:
+        return -self.state.best_loss if self.cfg.select_by == "loss" else self.state.best_bleu
+
+    def logged(self, row: dict) -> None:
+        self.state.loss_log.append({k: row[k] for k in ("step", "loss", "lr", "target_tokens_per_s")})
+
+    def postfix(self, row: dict) -> dict:
+        return {"loss": row["loss"], "tok_s": row["target_tokens_per_s"], "dev": self.state.best_bleu}
+
+    def describe(self) -> str:
+        return f"computing in {self.precision.name} ({self.precision.reason})"
 
 
 def fingerprint_of(*parts) -> dict:

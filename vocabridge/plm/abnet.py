@@ -381,15 +381,40 @@ def load_abnet(path: Path, device: torch.device | str = "cpu"):
     return model.to(device), source_tokenizer, target_tokenizer
 
 
-def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool, seed: int,
-              decoder: str = "mask-predict", sponsored=None):
-    """An untrained AB-Net on the BERT directories (model, source tokenizer, target tokenizer). `pretrained`
-    false: the Mask-Predict baseline, the same layers re-initialised at random and all of them trained.
-    `decoder: autoregressive`: AB-Net-Enc, a decoder from scratch with the target BERT's sizes and vocabulary.
-    `decoder: coordinator`: the PLM-sponsored model (settings `sponsored`), its teacher a frozen copy of the
-    source BERT."""
+DECODERS = ("mask-predict", "autoregressive", "coordinator")  # abnets.NAME.decoder: AB-Net, AB-Net-Enc, PLM-sponsored
+
+
+def build_abnet(source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, adapters: AbnetAdapters, pretrained: bool,
+                decoder: str = "mask-predict", sponsored=None, teacher: BertForMaskedLM | None = None,
+                special: dict[str, int] | None = None):
+    """The model family `decoder` names, on two BERTs (the one place that maps the name to a class):
+    mask-predict: AB-Net (BERTs frozen when `pretrained`); autoregressive: AB-Net-Enc, a decoder from scratch with
+    the target BERT's sizes and vocabulary (`special`: its cls/sep/pad ids); coordinator: the PLM-sponsored model
+    (settings `sponsored`, its frozen `teacher` or None)."""
     from transformers.models.bert.modeling_bert import BertLMHeadModel
 
+    if decoder not in DECODERS:
+        raise InputError(f"abnets: decoder {decoder!r} is none of {', '.join(DECODERS)}")
+    if decoder == "coordinator":
+        from vocabridge.plm.sponsored import PlmSponsored
+
+        return PlmSponsored(source_bert, target_bert, teacher, sponsored, adapters)
+    if decoder == "autoregressive":
+        config = autoregressive_decoder_config(target_bert.config)
+        if special:
+            config.bos_token_id, config.eos_token_id = special["cls"], special["sep"]
+            config.pad_token_id = special["pad"]
+        ar_decoder = BertLMHeadModel(config)
+        ar_decoder.set_attn_implementation("eager")
+        return ABNetEnc(source_bert, ar_decoder, adapters, freeze_bert=pretrained)
+    return ABNet(source_bert, target_bert, adapters, freeze_bert=pretrained)
+
+
+def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool, seed: int,
+              decoder: str = "mask-predict", sponsored=None):
+    """An untrained model of family `decoder` (build_abnet) on the BERT directories (model, source tokenizer,
+    target tokenizer). `pretrained` false: the same layers re-initialised at random and all of them trained (the
+    Mask-Predict baseline). The PLM-sponsored model's teacher is a frozen copy of the source BERT."""
     from vocabridge.plm.bert import load_bert
 
     source_bert, source_tokenizer = load_bert(source_dir)
@@ -399,17 +424,8 @@ def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretr
         source_bert, target_bert = (type(b)(b.config) for b in (source_bert, target_bert))
         for bert in (source_bert, target_bert):
             bert.set_attn_implementation("eager")
-    if decoder == "coordinator":
-        from vocabridge.plm.sponsored import PlmSponsored
-
-        teacher = load_bert(source_dir)[0] if pretrained and sponsored.distill else None
-        model = PlmSponsored(source_bert, target_bert, teacher, sponsored, adapters)
-        return model, source_tokenizer, target_tokenizer
-    if decoder == "autoregressive":
-        config = autoregressive_decoder_config(target_bert.config)
-        config.bos_token_id, config.eos_token_id = target_tokenizer.cls_token_id, target_tokenizer.sep_token_id
-        config.pad_token_id = target_tokenizer.pad_token_id
-        ar_decoder = BertLMHeadModel(config)
-        ar_decoder.set_attn_implementation("eager")
-        return ABNetEnc(source_bert, ar_decoder, adapters, freeze_bert=pretrained), source_tokenizer, target_tokenizer
-    return ABNet(source_bert, target_bert, adapters, freeze_bert=pretrained), source_tokenizer, target_tokenizer
+    teacher = load_bert(source_dir)[0] if decoder == "coordinator" and pretrained and sponsored.distill else None
+    special = {"cls": target_tokenizer.cls_token_id, "sep": target_tokenizer.sep_token_id,
+               "pad": target_tokenizer.pad_token_id}
+    model = build_abnet(source_bert, target_bert, adapters, pretrained, decoder, sponsored, teacher, special)
+    return model, source_tokenizer, target_tokenizer

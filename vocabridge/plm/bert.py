@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,8 +21,7 @@ import torch
 from vocabridge.config import BertArch, MlmTraining
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
-from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
-from vocabridge.progress import progress, write
+from vocabridge.training import Cadence, LoopState, Loss, TrainLoop
 
 if TYPE_CHECKING:  # transformers' model code costs seconds to import: the functions that need it import it
     from transformers.models.bert.modeling_bert import BertForMaskedLM
@@ -137,11 +134,7 @@ def load_bert(path: Path) -> tuple[BertForMaskedLM, PreTrainedTokenizerBase]:
 
 
 @dataclass
-class MlmState:
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    seconds: float = 0.0
+class MlmState(LoopState):
     curve: list[dict] = field(default_factory=list)  # step, train_loss, held_out_loss, held_out_accuracy
 
 
@@ -156,38 +149,45 @@ def _batches(n: int, size: int, seed: int, epoch: int) -> list[list[int]]:
     return [order[i : i + size] for i in range(0, n, size)]
 
 
-class MlmTrainer:
-    """Masked-LM pretraining with a held-out learning curve; resumes exactly from its last checkpoint."""
+class MlmTrainer(TrainLoop):
+    """Masked-LM pretraining with a held-out learning curve (the one training loop's masked-LM family)."""
 
-    def __init__(self, model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase, train: list[list[int]],
+    State = MlmState
+
+    def __init__(self, model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase | None, train: list[list[int]],
                  held_out: list[list[int]], cfg: MlmTraining, ckpt_dir: Path, fingerprint: dict, name: str,
                  device: torch.device | str = "cpu"):
-        from transformers.data.data_collator import DataCollatorForLanguageModeling
-
         if not train:
             raise InputError(f"{name}: no training text")
-        self.device = torch.device(device)
-        model.to(self.device)  # before the optimizer is made, so that its state lives there too
-        self.model, self.tokenizer, self.train_ids, self.cfg, self.name = model, tokenizer, train, cfg, name
+        device = torch.device(device)
+        model.to(device)  # before the optimizer is made, so that its state lives there too
+        self.model, self.tokenizer, self.train_ids, self.cfg = model, tokenizer, train, cfg
         self.held_out = held_out[: cfg.held_out_sentences]
-        self.ckpt_dir, self.fingerprint = Path(ckpt_dir), fingerprint
-        self.collate = DataCollatorForLanguageModeling(tokenizer, mlm_probability=cfg.mask_prob, return_tensors="pt")
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6,
-                                           weight_decay=0.01)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
         warmup = max(cfg.warmup, 1)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1))))
-        self.state = MlmState()
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1))))
+        super().__init__(model, optimizer, scheduler, Cadence(cfg.max_updates, cfg.log_every, cfg.checkpoint_every,
+                                                              cfg.eval_every, clip_norm=1.0, seed=cfg.seed),
+                         ckpt_dir, fingerprint, name, device)
+        self._since_eval: list[float] = []
+        self._collator = None
 
     def _batch(self, ids: list[list[int]], generator_seed: int | None = None) -> dict[str, torch.Tensor]:
+        if self._collator is None:  # made when first needed: timing an update (vocabridge.estimate) needs none
+            from transformers.data.data_collator import DataCollatorForLanguageModeling
+
+            self._collator = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=self.cfg.mask_prob,
+                                                             return_tensors="pt")
+        collate = self._collator
         features = [{"input_ids": x} for x in ids]
         if generator_seed is None:
-            batch = self.collate(features)
+            batch = collate(features)
         else:
             rng = torch.get_rng_state()  # the held-out masks are the same at every evaluation
             torch.manual_seed(generator_seed)
             try:
-                batch = self.collate(features)
+                batch = collate(features)
             finally:
                 torch.set_rng_state(rng)
         return {k: v.to(self.device) for k, v in batch.items()}
@@ -208,66 +208,31 @@ class MlmTrainer:
         self.model.train()
         return round(loss / max(total, 1), 4), round(correct / max(total, 1), 4)
 
-    def _save(self) -> None:
-        sched = {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
-        save_checkpoint(self.ckpt_dir, self.model, self.optimizer,
-                        {"state": asdict(self.state), "scheduler": sched, "fingerprint": self.fingerprint})
+    # -- the loop's hooks ---------------------------------------------------------------------------------------
+    def plan(self, epoch: int) -> list[list[int]]:
+        n, size = len(self.train_ids), self.cfg.batch_sentences
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)).tolist()
+        return [order[i : i + size] for i in range(0, n, size)]
 
-    def _resume(self) -> bool:
-        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.model, self.optimizer, self.device)
-        if saved is None:
-            return False
-        self.scheduler.load_state_dict(self.scheduler.state_dict() | saved["scheduler"])
-        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True):
-            group["lr"] = lr
-        self.state = MlmState(**saved["state"])
-        return True
+    def collate(self, item: list[int], step: int) -> tuple[dict[str, torch.Tensor], int]:
+        return self._batch([self.train_ids[i] for i in item]), 0
 
-    def train(self) -> MlmState:
-        cfg = self.cfg
-        if self._resume():
-            write(f"{self.name}: resuming from the checkpoint at update {self.state.step}", file=sys.stderr)
-        else:
-            torch.manual_seed(cfg.seed)
-            loss, accuracy = self.evaluate()
-            self.state.curve.append({"step": 0, "train_loss": None, "held_out_loss": loss,
-                                     "held_out_accuracy": accuracy})
-            self._save()
-        st = self.state
-        self.model.train()
-        bar = progress(total=cfg.max_updates, initial=st.step, desc=self.name, unit="upd")
-        window, started = [], time.perf_counter()
-        while st.step < cfg.max_updates:
-            batches = _batches(len(self.train_ids), cfg.batch_sentences, cfg.seed, st.epoch)
-            while st.batch_in_epoch < len(batches) and st.step < cfg.max_updates:
-                batch = self._batch([self.train_ids[i] for i in batches[st.batch_in_epoch]])
-                loss = self.model(**batch).loss
-                if not torch.isfinite(loss):
-                    raise InputError(f"{self.name}: masked-LM loss is {loss.item()} at update {st.step + 1}")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-                self.optimizer.step()
-                self.scheduler.step()
-                st.step += 1
-                st.batch_in_epoch += 1
-                window.append(loss.item())
-                bar.update(1)
-                if st.step % cfg.eval_every == 0 or st.step == cfg.max_updates:
-                    held_loss, accuracy = self.evaluate()
-                    st.curve.append({"step": st.step, "train_loss": round(sum(window) / len(window), 4),
-                                     "held_out_loss": held_loss, "held_out_accuracy": accuracy})
-                    bar.set_postfix(loss=held_loss, acc=accuracy)
-                    window = []
-                if st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_updates:
-                    st.seconds += time.perf_counter() - started
-                    started = time.perf_counter()
-                    self._save()
-            if st.batch_in_epoch >= len(batches):
-                st.epoch += 1
-                st.batch_in_epoch = 0
-        bar.close()
-        return st
+    def loss(self, batch: dict[str, torch.Tensor]) -> Loss:
+        loss = self.model(**batch).loss
+        self._since_eval.append(loss.item())
+        return Loss(loss)
+
+    def validate(self) -> None:
+        held_loss, accuracy = self.evaluate()
+        window, self._since_eval = self._since_eval, []
+        self.state.curve.append({"step": self.state.step,
+                                 "train_loss": round(sum(window) / len(window), 4) if window else None,
+                                 "held_out_loss": held_loss, "held_out_accuracy": accuracy})
+        self._bar_figures = {"loss": held_loss, "acc": accuracy}
+        return None
+
+    def postfix(self, row: dict) -> dict:
+        return getattr(self, "_bar_figures", {"loss": row["loss"]})
 
 
 def save_bert(model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase, out: Path) -> None:

@@ -20,7 +20,16 @@ from vocabridge.config import MaskPredict
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.train import State, Trainer, TrainingError
-from vocabridge.plm.abnet import ABNet, ABNetEnc, beam_search, cmlm_loss, mask_predict, mask_targets, seq2seq_loss
+from vocabridge.plm.abnet import (
+    ABNet,
+    ABNetEnc,
+    beam_search,
+    cmlm_loss,
+    mask_predict,
+    mask_targets,
+    model_kind,
+    seq2seq_loss,
+)
 from vocabridge.plm.sponsored import (
     PlmSponsored,
     auxiliary_labels,
@@ -194,6 +203,9 @@ class SponsoredTrainer(AbnetEncTrainer):
         return translation_loss(logits, target, target_keep)
 
 
+TRAINERS = {"abnet": AbnetTrainer, "abnet-enc": AbnetEncTrainer, "plm-nmt": SponsoredTrainer}  # by model_kind
+
+
 def fit_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, target_tokenizer, corpus: Path, lang, cfg,
               ckpt_dir: Path, fingerprint: dict, name: str, decoding: MaskPredict,
               length_weight: float = 1.0) -> tuple[State, dict]:
@@ -206,9 +218,8 @@ def fit_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, target_t
     dev = (read_text_lines(corpus / f"dev.{lang.src}"), read_text_lines(corpus / f"dev.{lang.tgt}"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    trainer_class = {ABNetEnc: AbnetEncTrainer, PlmSponsored: SponsoredTrainer}.get(type(model), AbnetTrainer)
-    trainer = trainer_class(model, source_tokenizer, target_tokenizer, data, dev, cfg, ckpt_dir, fingerprint, name,
-                           decoding, length_weight)
+    trainer = TRAINERS[model_kind(model)](model, source_tokenizer, target_tokenizer, data, dev, cfg, ckpt_dir,
+                                          fingerprint, name, decoding, length_weight)
     state = trainer.train()
     trainer.load_best()
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

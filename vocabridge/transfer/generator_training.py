@@ -19,18 +19,16 @@ Marian scales embeddings by sqrt(d_model): transformers' MarianDecoder multiplie
 embed_scale itself, MarianEncoder only when it looks the ids up; `forward_extended` therefore passes raw rows
 to the decoder and scaled rows to the encoder, which reproduces the plain model exactly for seen tokens.
 
-Checkpoints (safetensors + JSON, atomic) every `checkpoint_every` steps; the re-segmentation of step t draws
-from a generator seeded with (seed, t) and the model has no dropout, so a resumed run is identical to an
-uninterrupted one.
+The one training loop (vocabridge.training) runs it: checkpoints every `checkpoint_every` steps; the
+re-segmentation of step t draws from a generator seeded with (seed, t) and the model has no dropout, so a resumed
+run is identical to an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-import time
 from collections.abc import Collection
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,11 +38,10 @@ import torch.nn.functional as F
 
 from vocabridge.config import GeneratorTraining, Resegment
 from vocabridge.errors import InputError
-from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
 from vocabridge.nmt.data import Parallel, make_batches
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.vocab import Vocab
-from vocabridge.progress import progress, write
+from vocabridge.training import Cadence, LoopState, Loss, TrainLoop
 from vocabridge.transfer.generator import Generator
 from vocabridge.transfer.morph import MorphIndex
 from vocabridge.transfer.plan import BOUNDARY, SPECIALS, is_filler
@@ -276,46 +273,34 @@ def word_means(hidden: torch.Tensor, word: torch.Tensor, words: int) -> torch.Te
 
 
 @dataclass
-class State:
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    target_tokens: int = 0
-    seconds: float = 0.0
+class State(LoopState):
     unseen: int = 0  # unseen target tokens over all steps (types per batch, summed)
     unseen_without_members: int = 0  # of those, tokens whose Sm(w) is empty (their row is zero)
     log: list[dict] = field(default_factory=list)
 
 
-class GeneratorTrainer:
+class GeneratorTrainer(TrainLoop):
+    """The one training loop's generator family: only G trains (Adam, no clipping, no schedule, no dev set)."""
+
+    State = State
+    unit = "step"
+
     def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, gen: Generator,
                  kd_lambda: float, cfg: GeneratorTraining, reseg: Resegment, ckpt_dir: Path, fingerprint: dict,
                  name: str = "generator", sides: str = "decoder"):
         if gen.kind == "avg":
             raise InputError("the avg generator has nothing to train")
         self.model, self.data, self.gen, self.kd_lambda, self.sides = model, data, gen, kd_lambda, sides
-        self.cfg, self.reseg, self.ckpt_dir, self.fingerprint, self.name = cfg, reseg, Path(ckpt_dir), fingerprint, name
-        self.device = next(model.parameters()).device
-        use_fast_attention(model, self.device)
+        self.cfg, self.reseg = cfg, reseg
+        device = next(model.parameters()).device
+        use_fast_attention(model, device)
         model.eval()  # no dropout
         for p in model.parameters():
             p.requires_grad_(False)
-        self.gen.to(self.device)
+        self.gen.to(device)
         self.src, self.tgt = Side.of(src, cfg.max_members), Side.of(tgt, cfg.max_members)
-        self.optimizer = torch.optim.Adam(gen.parameters(), lr=cfg.lr)
-        self.state = State()
-
-    # -- checkpoints ------------------------------------------------------------------------------------------
-    def _save(self) -> None:
-        save_checkpoint(self.ckpt_dir, self.gen, self.optimizer,
-                        {"state": asdict(self.state), "fingerprint": self.fingerprint})
-
-    def _resume(self) -> bool:
-        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.gen, self.optimizer, self.device)
-        if saved is None:
-            return False
-        self.state = State(**saved["state"])
-        return True
+        super().__init__(gen, torch.optim.Adam(gen.parameters(), lr=cfg.lr), None,
+                         Cadence(cfg.steps, cfg.log_every, cfg.checkpoint_every), ckpt_dir, fingerprint, name, device)
 
     # -- one step ---------------------------------------------------------------------------------------------
     def _rows(self, side: Side, tokens: list[str], name: str):
@@ -358,55 +343,26 @@ class GeneratorTrainer:
         return make_batch(self.data, idx, self.src, self.tgt, self.reseg, self.sides, rng,
                           self.model.config.max_position_embeddings)
 
-    def train(self) -> State:
-        cfg = self.cfg
-        if self._resume():
-            write(f"{self.name}: resuming from the checkpoint at step {self.state.step} "
-                  f"({self.ckpt_dir / 'last'})", file=sys.stderr)
-        st = self.state
-        bar = progress(total=cfg.steps, initial=st.step, desc=self.name, unit="step")
-        window = {"loss": 0.0, "lp": 0.0, "ld": 0.0, "tokens": 0, "n": 0}
-        window_start = time.perf_counter()
-        while st.step < cfg.steps:
-            batches = make_batches(self.data, cfg.batch_tokens, cfg.seed, st.epoch)
-            while st.batch_in_epoch < len(batches) and st.step < cfg.steps:
-                batch = self.batch(batches[st.batch_in_epoch], st.step)
-                self._without = 0
-                loss, lp, ld = self.losses(batch)
-                if not torch.isfinite(loss):
-                    raise InputError(f"{self.name}: loss is {loss.item()} at step {st.step + 1}; stopped")
-                self.optimizer.zero_grad(set_to_none=True)
-                if loss.requires_grad:  # a batch without unseen tokens gives the generator nothing to learn
-                    loss.backward()
-                    self.optimizer.step()
-                st.step += 1
-                st.batch_in_epoch += 1
-                st.target_tokens += batch.target_tokens
-                st.unseen += len(batch.unseen["decoder"])
-                st.unseen_without_members += self._without
-                for key, value in (("loss", loss), ("lp", lp), ("ld", ld)):
-                    window[key] += value.item()
-                window["tokens"] += batch.target_tokens
-                window["n"] += 1
-                bar.update(1)
-                if st.step % cfg.log_every == 0 or st.step == cfg.steps:
-                    elapsed = time.perf_counter() - window_start
-                    st.seconds += elapsed
-                    n = window["n"]
-                    row = {"step": st.step, "loss": round(window["loss"] / n, 4), "lp": round(window["lp"] / n, 4),
-                           "ld": round(window["ld"] / n, 4)}
-                    st.log.append(row)
-                    bar.set_postfix(loss=row["loss"], lp=row["lp"], ld=row["ld"],
-                                    tok_s=round(window["tokens"] / max(elapsed, 1e-9), 1))
-                    window = {"loss": 0.0, "lp": 0.0, "ld": 0.0, "tokens": 0, "n": 0}
-                    window_start = time.perf_counter()
-                if st.step % cfg.checkpoint_every == 0 or st.step == cfg.steps:
-                    self._save()
-            if st.batch_in_epoch >= len(batches):
-                st.epoch += 1
-                st.batch_in_epoch = 0
-        bar.close()
-        return st
+    # -- the loop's hooks ---------------------------------------------------------------------------------------
+    def plan(self, epoch: int) -> list[np.ndarray]:
+        return make_batches(self.data, self.cfg.batch_tokens, self.cfg.seed, epoch)
+
+    def collate(self, item: np.ndarray, step: int) -> tuple[Batch, int]:
+        batch = self.batch(item, step)
+        self.state.unseen += len(batch.unseen["decoder"])
+        return batch, batch.target_tokens
+
+    def loss(self, batch: Batch) -> Loss:
+        self._without = 0
+        loss, lp, ld = self.losses(batch)
+        self.state.unseen_without_members += self._without
+        return Loss(loss, {"lp": lp, "ld": ld})
+
+    def logged(self, row: dict) -> None:
+        self.state.log.append({k: row[k] for k in ("step", "loss", "lp", "ld")})
+
+    def postfix(self, row: dict) -> dict:
+        return {k: row[k] for k in ("loss", "lp", "ld")} | {"tok_s": row["target_tokens_per_s"]}
 
 
 def summary(state: State, trainer: GeneratorTrainer) -> dict:
