@@ -119,6 +119,9 @@ class TrainLoop:
         """The progress bar's figures after a window."""
         return {"loss": row["loss"], "tok_s": row["target_tokens_per_s"]}
 
+    def adjust_gradients(self) -> None:
+        """After backward, before clipping: e.g. hold some parameters or rows (vocabridge.nmt.forgetting)."""
+
     def describe(self) -> str | None:
         """A line said once when training starts (e.g. its precision)."""
         return None
@@ -133,6 +136,7 @@ class TrainLoop:
         self.optimizer.zero_grad(set_to_none=True)
         if loss.value.requires_grad:  # a batch can leave nothing to learn (a generator's batch without new tokens)
             loss.value.backward()
+            self.adjust_gradients()
             if self.cadence.clip_norm is not None:
                 torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.cadence.clip_norm)
             self.optimizer.step()

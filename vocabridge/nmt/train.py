@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.data import Parallel, collate, make_batches, padding_share
+from vocabridge.nmt.forgetting import Keep, RowMask
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import resolve_bf16, usable_cores
 from vocabridge.nmt.translate import translate
@@ -138,7 +139,7 @@ class Trainer(TrainLoop):
 
     def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, dev: tuple[list[str], list[str]],
                  cfg, ckpt_dir: Path, fingerprint: dict, name: str, resample: Callable[[int], Parallel] | None = None,
-                 dev_prefix: int | None = None):
+                 dev_prefix: int | None = None, keep: Keep | None = None):
         from transformers.optimization import get_inverse_sqrt_schedule
 
         self.model, self.src, self.tgt, self.data, self.cfg = model, src, tgt, data, cfg
@@ -156,6 +157,7 @@ class Trainer(TrainLoop):
                          Cadence(cfg.max_updates, cfg.log_every, cfg.checkpoint_every, cfg.eval_every, cfg.patience,
                                  cfg.clip_norm, cfg.seed), ckpt_dir, fingerprint, name, device)
         self.selection = f"dev {'loss' if cfg.select_by == 'loss' else 'BLEU'}"
+        self.row_mask = RowMask(model, keep) if keep is not None else None  # what the fine-tune keeps
 
     # -- what a model family defines (AB-Net's trainer overrides these) ---------------------------------------
     def _prepare(self) -> None:
@@ -211,6 +213,10 @@ class Trainer(TrainLoop):
     def postfix(self, row: dict) -> dict:
         return {"loss": row["loss"], "tok_s": row["target_tokens_per_s"], "dev": self.state.best_bleu}
 
+    def adjust_gradients(self) -> None:
+        if self.row_mask is not None:
+            self.row_mask.apply(self.state.step)
+
     def describe(self) -> str:
         return f"computing in {self.precision.name} ({self.precision.reason})"
 
@@ -221,14 +227,16 @@ def fingerprint_of(*parts) -> dict:
 
 
 def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, ckpt_dir: Path, fingerprint: dict,
-        name: str, sampling_alpha: float = 0.0, mix_with: Path | None = None) -> tuple[State, dict]:
+        name: str, sampling_alpha: float = 0.0, mix_with: Path | None = None,
+        keep: Keep | None = None) -> tuple[State, dict]:
     """Train on corpus/train.{src,tgt} with dev selection (cfg.select_by); leaves the best weights in `model`.
 
     sampling_alpha > 0: each epoch trains on its own sampled segmentation of the text (subword regularisation),
     drawn from (seed, epoch), so that a resumed run sees the same pieces.
     mix_with: a second corpus folder (the new domain's) whose pairs join the training set, every target led by its
     domain's tag (`<domain:upstream>` for `corpus`, `<domain:downstream>` for `mix_with`, which `tgt` must hold):
-    target-token mixing (Britz et al. 2017), Sato et al. 2020's MDL. The dev set is then `mix_with`'s."""
+    target-token mixing (Britz et al. 2017), Sato et al. 2020's MDL. The dev set is then `mix_with`'s.
+    keep: the pretrained rows held (vocabridge.nmt.forgetting)."""
     parts = [(corpus, None)]
     if mix_with is not None:
         parts = [(corpus, tgt.id_of(domain_tag("upstream"))), (mix_with, tgt.id_of(domain_tag("downstream")))]
@@ -250,7 +258,7 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
     dev = (read_text_lines(dev_folder / f"dev.{lang.src}"), read_text_lines(dev_folder / f"dev.{lang.tgt}"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    trainer = Trainer(model, src, tgt, data, dev, cfg, ckpt_dir, fingerprint, name, resample, dev_tag)
+    trainer = Trainer(model, src, tgt, data, dev, cfg, ckpt_dir, fingerprint, name, resample, dev_tag, keep)
     state = trainer.train()
     trainer.load_best()
     summary = {
@@ -267,6 +275,9 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
+    if keep is not None:
+        summary["keep"] = {"frozen": keep.frozen, "new_rows_first": keep.new_rows_first,
+                           **{f"old_rows_{side}": len(ids) for side, ids in keep.old_rows.items()}}
     if mix_with is not None:
         summary["pairs_by_domain"] = {"upstream": len(encoded[0]), "downstream": len(encoded[1])}
     return state, summary
