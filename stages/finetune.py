@@ -17,9 +17,11 @@ from pathlib import Path
 from stages import _cells as cells
 from stages import _paths as paths
 from vocabridge.corpora.sample import add_pairs, sample_pairs
+from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
+from vocabridge.nmt.forgetting import Keep, read_old_rows
 from vocabridge.nmt.model import copy_model_dir, load_model, save_model
 from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.plm.abnet import load_abnet, save_abnet
@@ -56,7 +58,13 @@ def main(argv: list[str]) -> None:
         raise ConfigError(f"params.yaml: rows.{name}.backtranslated: {paths.BACKTRANSLATED} has no pairs; the "
                           f"backtranslate stage needs upstreams.{params.backtranslation.upstream} (reverse: true)")
     row = {key: value for key, value in (("train_pairs", knobs.train_pairs),
-                                         ("backtranslated", knobs.backtranslated or None)) if value is not None}
+                                         ("backtranslated", knobs.backtranslated or None),
+                                         ("freeze_old_rows", knobs.freeze_old_rows or None),
+                                         ("new_rows_first", knobs.new_rows_first or None),
+                                         ("mix_upstream", knobs.mix_upstream or None)) if value is not None}
+    keep = None
+    if knobs.freeze_old_rows or knobs.new_rows_first:
+        keep = Keep(read_old_rows(init), bool(knobs.freeze_old_rows), knobs.new_rows_first or 0)
     fingerprint = fingerprint_of("finetune", cell.name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
                                  sha256_file(weights), *([row] if row else []), *backtranslated,
                                  *([asdict(params.abnet.decoding), params.abnet.length_weight] if abnet else []))
@@ -67,12 +75,15 @@ def main(argv: list[str]) -> None:
             corpus = sample_pairs(corpus, lang, pairs, Path(tmp) / "sample", key)
         if knobs.backtranslated:  # the sample's pairs, then the back-translated ones
             corpus = add_pairs(corpus, lang, paths.BACKTRANSLATED, Path(tmp) / "with-bt")
+        if knobs.mix_upstream:  # and a fixed sample of original-domain pairs, their share of the whole
+            corpus = mix_upstream(corpus, lang, knobs.mix_upstream, Path(tmp), f"rows.{name}.mix_upstream")
         checkpoints = cells.per_cell(paths.CHECKPOINTS / "finetune", cell)
         if abnet:
             state, summary = fit_abnet(model, src, tgt, corpus, lang, cfg, checkpoints, fingerprint,
                                        f"finetune {cell.name}", params.abnet.decoding, params.abnet.length_weight)
         else:
-            state, summary = fit(model, src, tgt, corpus, lang, cfg, checkpoints, fingerprint, f"finetune {cell.name}")
+            state, summary = fit(model, src, tgt, corpus, lang, cfg, checkpoints, fingerprint, f"finetune {cell.name}",
+                                 keep=keep)
     summary |= {"seed": cfg.seed, **({"sampled_pairs": pairs} if pairs else {})}
     if backtranslated:
         summary["backtranslated_pairs"] = json.loads((paths.BACKTRANSLATED / "stats.json").read_text())["pairs"]
@@ -84,6 +95,14 @@ def main(argv: list[str]) -> None:
     write_logs(state, plots)
     write_json(metrics, summary)
     print(summary)
+
+
+def mix_upstream(corpus: Path, lang, share: float, tmp: Path, key: str) -> Path:
+    """`corpus`'s training pairs and as many upstream pairs as make `share` of the whole (a fixed sample)."""
+    pairs = len(read_text_lines(corpus / f"train.{lang.src}"))
+    extra = sample_pairs(paths.CORPORA / "upstream", lang, max(1, round(share / (1 - share) * pairs)),
+                         tmp / "upstream-sample", key)
+    return add_pairs(corpus, lang, extra, tmp / "with-upstream")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from vocabridge.entry import run
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.grid import Cell
+from vocabridge.nmt.forgetting import write_old_rows
 from vocabridge.nmt.model import save_model
 from vocabridge.nmt.train import use_compute
 from vocabridge.transfer import Resources, get_method, knobs_for
@@ -46,6 +47,7 @@ def main(argv: list[str]) -> None:
     with atomic_dir(cells.init_model(cell)) as tmp:
         save_model(model, src, tgt, tmp)
         write_json(tmp / "diagnostics.json", diagnostics)
+        write_old_rows(tmp, res.pretrained)  # what a fine-tune that keeps the pretrained rows holds
     n = params.diagnostics.dev_sentences
     scores = zero_shot(model, src, tgt, read_text_lines(corpus / f"dev.{lang.src}")[:n],
                        read_text_lines(corpus / f"dev.{lang.tgt}")[:n])

@@ -246,6 +246,31 @@ def test_a_training_size_larger_than_the_corpus_fails_before_writing(tiny_copy, 
 
 
 @e2e
+def test_a_fine_tune_that_keeps_the_pretrained_rows(tiny_copy, tmp_path):
+    """A row with the forgetting knobs, through its row, transfer and finetune stages: the init model names its old
+    rows, the fine-tune holds them and trains on a fifth of upstream pairs besides the sample."""
+    from safetensors.torch import load_file
+
+    params = yaml.safe_load((tiny_copy / "params.yaml").read_text())
+    params["rows"]["fwet-keep"] = {"method": "fwet", "freeze_old_rows": True, "new_rows_first": 2, "mix_upstream": 0.2}
+    edited = tmp_path / "params.yaml"
+    edited.write_text(yaml.safe_dump(params))
+    for stage, args in (("row", ["fwet-keep"]), ("transfer", ["fwet-keep", "1"]), ("finetune", ["fwet-keep", "1"])):
+        proc = run(["python", "-m", f"stages.{stage}", *args, "--params", str(edited)], tiny_copy)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    init, tuned = cell(tiny_copy, "models/init", "fwet-keep"), cell(tiny_copy, "models/finetuned", "fwet-keep")
+    old = json.loads((init / "old_rows.json").read_text())
+    assert 0 < len(old["target"]) < len(json.loads((init / "target_vocab.json").read_text()))
+    metrics = json.loads(cell(tiny_copy, "metrics/finetune", "fwet-keep", suffix=".json").read_text())
+    assert metrics["keep"]["frozen"] and metrics["keep"]["new_rows_first"] == 2 and metrics["updates"] > 2
+    assert metrics["train_pairs"] > metrics["sampled_pairs"]  # the upstream pairs joined the sample
+    before, after = load_file(str(init / "model.safetensors")), load_file(str(tuned / "model.safetensors"))
+    rows = old["target"]
+    assert (before["model.decoder.embed_tokens.weight"][rows] == after["model.decoder.embed_tokens.weight"][rows]).all()
+    assert not (before["model.decoder.embed_tokens.weight"] == after["model.decoder.embed_tokens.weight"]).all()
+
+
+@e2e
 def test_mismatch_report_and_models(tiny_project):
     report = json.loads((tiny_project / "data/reports/mismatch.json").read_text())
     for code in LANGS:

@@ -245,6 +245,11 @@ class TransferMethod:
     #                            replacing it (vocabridge/transfer/extension.py; shared rows then copied); 0: replace
     backtranslated: bool | None = None  # fine-tune on the back-translated downstream monolingual text as well
     #                                     (the `backtranslate` stage; Sato et al.'s +BT); None: false
+    freeze_old_rows: bool | None = None  # fine-tune: the rows of tokens the pretrained vocabulary has never train
+    #                                      (vocabridge/nmt/forgetting.py); None: false
+    new_rows_first: int | None = None  # fine-tune: the first N updates train the new rows only, then everything
+    mix_upstream: float | None = None  # fine-tune: this share of the pairs comes from the upstream (original-domain)
+    #                                    corpus, a fixed sample (mixed fine-tuning); None: 0
     upstream: str | None = None  # the upstream model it starts from: `base` (the pretrain stage's) or a key of
     #                              `upstreams`; ft-tgtv, joint-vocab and bpe-drop default to the entry of their name
     target_vocabulary: str | None = None  # PLM-sponsored rows (plm-nmt): the decoder BERT takes the downstream target

@@ -350,4 +350,17 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
         raise ConfigError(f"params.yaml: rows.{name}.train_pairs: must be >= 0 (0: all), got {knobs.train_pairs}")
     if knobs.reg < 0:
         raise ConfigError(f"params.yaml: rows.{name}.reg: must be >= 0, got {knobs.reg}")
+    check_keep(name, knobs, get_method(name, given))
     return knobs
+
+
+def check_keep(name: str, knobs: TransferMethod, method: Method) -> None:
+    """The fine-tune's forgetting knobs (vocabridge.nmt.forgetting): for a Marian row that fine-tunes."""
+    held = knobs.freeze_old_rows or knobs.new_rows_first or knobs.mix_upstream
+    if held and (method.family != "nmt" or not method.finetune):
+        raise ConfigError(f"params.yaml: rows.{name}: freeze_old_rows, new_rows_first and mix_upstream need a "
+                          f"translation-model row that fine-tunes; '{knobs.method or name}' is not one")
+    if knobs.new_rows_first is not None and knobs.new_rows_first < 0:
+        raise ConfigError(f"params.yaml: rows.{name}.new_rows_first: must be >= 0, got {knobs.new_rows_first}")
+    if knobs.mix_upstream is not None and not 0 <= knobs.mix_upstream < 1:
+        raise ConfigError(f"params.yaml: rows.{name}.mix_upstream: a share in [0, 1), got {knobs.mix_upstream}")
