@@ -77,20 +77,24 @@ def adapt_methods() -> dict[str, object]:
 
 
 def adapt(args: argparse.Namespace) -> dict:
-    """Give a user's Marian/OPUS-MT model vocabularies fitted to their in-domain text (see `adapt --help`)."""
+    """Give a user's Marian/OPUS-MT, NLLB-200 or M2M100 model vocabularies fitted to their in-domain text (see
+    `adapt --help`)."""
     from vocabridge.cbow import save_vectors, train_cbow
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, write_json
-    from vocabridge.nmt.model import check_model_dir, save_model
+    from vocabridge.hf_families import check_model_dir
+    from vocabridge.nmt.model import save_model
     from vocabridge.tokenizers import train_spm
     from vocabridge.transfer import Resources, get_method, knobs_for
     from vocabridge.transfer.init_map import read_init_map
 
-    check_model_dir(args.model)
+    family = check_model_dir(args.model)
     init_map = read_init_map(args.init_map) if args.init_map else None  # its line errors before any training
     method = get_method(args.method)
     knobs = knobs_for(args.method, {args.method: TransferMethod(sides=args.sides, shared=args.shared, k=args.k,
                                                                  reg=args.reg, extend=args.extend)})
+    if family.shared:
+        return adapt_shared(args, family, method, knobs, init_map)
     roles = {"encoder": ("src", args.src_text), "decoder": ("tgt", args.tgt_text)}
     adapted = ["encoder", "decoder"] if knobs.sides == "both" else [knobs.sides]
     for side in adapted:
@@ -132,6 +136,48 @@ def adapt(args: argparse.Namespace) -> dict:
     return diagnostics
 
 
+def adapt_shared(args: argparse.Namespace, family, method, knobs, init_map) -> dict:
+    """`adapt` for NLLB-200 and M2M100: one vocabulary trained on the text of both languages replaces (or with
+    --extend, extends) the model's shared one (vocabridge.transfer.shared)."""
+    from vocabridge.cbow import load_vectors, save_vectors, train_cbow
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.fileio import atomic_dir, write_json
+    from vocabridge.nmt.shared import save_model, train_shared_spm
+    from vocabridge.transfer.shared import adapt_shared as build
+
+    if knobs.sides != "both":
+        raise ConfigError(f"adapt: {args.model} is a {family.label} model with one vocabulary for both languages; "
+                          f"--sides does not apply (leave it out)")
+    if method.generator:
+        raise ConfigError(f"adapt: --method {args.method} needs a generator, which `train-generator` trains for "
+                          f"Marian models only; pick another method for a {family.label} model")
+    lines = [line for f in [*args.src_text, *args.tgt_text] for line in read_text_lines(f)]
+    if not lines:
+        raise ConfigError("adapt: give --src-text and/or --tgt-text (the shared vocabulary is trained on both)")
+    blob = train_shared_spm(lines, args.vocab_size, args.seed, args.threads)
+    with tempfile.TemporaryDirectory(prefix="vocabridge-adapt-") as work:
+        aux, aux_file = None, "CBOW vectors"
+        if "cbow" in method.needs:
+            import sentencepiece as spm
+
+            dim = _d_model(args.model)
+            cfg = Cbow(window=args.cbow_window, epochs=args.cbow_epochs, min_count=1, threads=1, seed=args.seed)
+            aux_file = str(Path(work) / "shared.bin")
+            save_vectors(train_cbow(lines, spm.SentencePieceProcessor(model_proto=blob), dim, cfg, "shared"),
+                         Path(aux_file))
+            aux = load_vectors(Path(aux_file), dim)
+        options = method.build.keywords
+        model, vocab, diagnostics = build(args.model, blob, lines, options["initializer"], knobs,
+                                          Diagnostics(probes=args.probes), args.seed, aux, aux_file, init_map,
+                                          options.get("check_loo", True))
+    diagnostics |= {"method": args.method, "vocab_size": {"shared": len(vocab)}, "pretrained": str(args.model),
+                    "family": family.name}
+    with atomic_dir(args.out) as tmp:
+        save_model(model, vocab, tmp, like=args.model)
+        write_json(tmp / "diagnostics.json", diagnostics)
+    return diagnostics
+
+
 def audit(args: argparse.Namespace) -> tuple[list[dict], list]:
     """`vocabridge audit`: how the model's vocabularies fit the text (vocabridge.audit); OUT/audit.{json,md,png}."""
     import dataclasses
@@ -141,17 +187,17 @@ def audit(args: argparse.Namespace) -> tuple[list[dict], list]:
     from vocabridge.audit import audit_side, detect_side, markdown, plot, table_rows
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, write_json
-    from vocabridge.nmt.model import check_model_dir
+    from vocabridge.hf_families import SPM_FILE, check_model_dir
 
-    check_model_dir(args.model)
+    family = check_model_dir(args.model)
     if not (args.text or args.src_text or args.tgt_text):
         raise ConfigError("audit: give --text, or --src-text and/or --tgt-text")
     if args.text and (args.src_text or args.tgt_text):
         raise ConfigError("audit: --text picks its side itself; give it alone, or --src-text/--tgt-text")
     if any(size < 10 for size in args.sizes):
         raise ConfigError(f"audit: --sizes: every size must be at least 10, got {args.sizes}")
-    models = {role: spm.SentencePieceProcessor(model_file=str(args.model / f"{name}.spm"))
-              for role, name in (("src", "source"), ("tgt", "target"))}
+    files = {"src": SPM_FILE, "tgt": SPM_FILE} if family.shared else {"src": "source.spm", "tgt": "target.spm"}
+    models = {role: spm.SentencePieceProcessor(model_file=str(args.model / name)) for role, name in files.items()}
     texts = {role: [line for f in files for line in read_text_lines(f)]
              for role, files in (("src", args.src_text), ("tgt", args.tgt_text)) if files}
     if args.text:
@@ -176,10 +222,12 @@ def finetune(args: argparse.Namespace) -> dict:
     from vocabridge.config import Lang, Training
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, sha256_file, write_json
-    from vocabridge.nmt.model import check_model_dir, load_model, save_model
+    from vocabridge.hf_families import check_model_dir
+    from vocabridge.nmt.model import load_model, save_model
     from vocabridge.nmt.train import fingerprint_of, fit, use_compute, write_logs
 
-    check_model_dir(args.model)
+    family = check_model_dir(args.model)
+    check_langs(args, family, "finetune")
     files = {"train.src": args.src_train, "train.tgt": args.tgt_train, "dev.src": args.src_dev, "dev.tgt": args.tgt_dev}
     for split in ("train", "dev"):
         src, tgt = files[f"{split}.src"], files[f"{split}.tgt"]
@@ -192,6 +240,8 @@ def finetune(args: argparse.Namespace) -> dict:
                    bf16={"auto": "auto", "true": True, "false": False}[args.bf16], seed=args.seed)
     checkpoints = args.checkpoints or args.out.with_name(args.out.name + ".checkpoints")
     device = use_compute(SimpleNamespace(threads=args.threads, device=args.device))
+    if family.shared:
+        return finetune_shared(args, cfg, files, checkpoints, device)
     model, src, tgt = load_model(args.model, str(device))
     fingerprint = fingerprint_of("finetune", asdict(cfg), sha256_file(args.model / "model.safetensors"),
                                  *(sha256_file(f) for f in files.values()))
@@ -202,6 +252,37 @@ def finetune(args: argparse.Namespace) -> dict:
                              "finetune")
     with atomic_dir(args.out) as tmp:
         save_model(model.cpu(), src, tgt, tmp)
+        write_logs(state, tmp / "curves")
+        write_json(tmp / "metrics.json", summary | {"model": str(args.model)})
+    return summary
+
+
+def check_langs(args: argparse.Namespace, family, command: str) -> None:
+    """NLLB-200 and M2M100 need the language codes of both sides; a Marian model knows its pair."""
+    given = args.src_lang is not None or args.tgt_lang is not None
+    if family.shared and (args.src_lang is None or args.tgt_lang is None):
+        raise ConfigError(f"{command}: {args.model} is a {family.label} model: give --src-lang and --tgt-lang "
+                          f"(language codes such as {family.lang_example})")
+    if given and not family.shared:
+        raise ConfigError(f"{command}: --src-lang/--tgt-lang are for NLLB-200 and M2M100 models; {args.model} is "
+                          f"a {family.label} model, which knows its language pair")
+
+
+def finetune_shared(args: argparse.Namespace, cfg, files: dict[str, Path], checkpoints: Path, device) -> dict:
+    """`finetune` for NLLB-200 and M2M100 (nmt.shared.fit): the pairs carry the language codes."""
+    from dataclasses import asdict
+
+    from vocabridge.fileio import atomic_dir, sha256_file, write_json
+    from vocabridge.nmt.shared import fit, load_model, save_model
+    from vocabridge.nmt.train import fingerprint_of, write_logs
+
+    model, vocab = load_model(args.model, str(device))
+    src, tgt = vocab.for_lang(args.src_lang, args.model), vocab.for_lang(args.tgt_lang, args.model)
+    fingerprint = fingerprint_of("finetune", asdict(cfg), sha256_file(args.model / "model.safetensors"),
+                                 *(sha256_file(f) for f in files.values()), args.src_lang, args.tgt_lang)
+    state, summary = fit(model, src, tgt, files, cfg, checkpoints, fingerprint, "finetune")
+    with atomic_dir(args.out) as tmp:
+        save_model(model.cpu(), vocab, tmp, like=args.model, src_lang=args.src_lang, tgt_lang=args.tgt_lang)
         write_logs(state, tmp / "curves")
         write_json(tmp / "metrics.json", summary | {"model": str(args.model)})
     return summary
@@ -271,15 +352,26 @@ def translate(args: argparse.Namespace) -> dict:
 
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_file
+    from vocabridge.hf_families import check_model_dir
     from vocabridge.nmt.train import device_of, threads_of
     from vocabridge.nmt.translate import ModelTranslator
 
+    family = check_model_dir(args.model)
+    check_langs(args, family, "translate")
     lines = read_text_lines(args.input)
     threads = threads_of(args.threads)
     torch.set_num_threads(threads)
-    translator = ModelTranslator(args.model, args.decoder, device_of(args.device), args.bf16, threads)
-    hyps, speed = translator(lines, beam=args.beam, length_penalty=args.length_penalty,
-                             batch_tokens=args.batch_tokens)
+    search = {"beam": args.beam, "length_penalty": args.length_penalty, "batch_tokens": args.batch_tokens}
+    if family.shared:  # transformers' search: the CTranslate2 conversion is Marian's
+        from vocabridge.nmt.precision import resolve_bf16
+        from vocabridge.nmt.shared import translate_lines
+
+        device = device_of(args.device)
+        hyps, speed = translate_lines(args.model, lines, args.src_lang, args.tgt_lang, device,
+                                      bf16=resolve_bf16(args.bf16, device).bf16, **search)
+    else:
+        translator = ModelTranslator(args.model, args.decoder, device_of(args.device), args.bf16, threads)
+        hyps, speed = translator(lines, **search)
     if args.output:
         with atomic_file(args.output) as handle:
             handle.write("".join(f"{h}\n" for h in hyps))
@@ -351,6 +443,13 @@ def results_command(out: Path | None, allow_stale: bool, cells_only: bool = Fals
     return f"{collect(root, out, profile, cpu)}: the run's results, ready to commit"
 
 
+def add_lang_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--src-lang", default=None, metavar="CODE",
+                        help="NLLB-200/M2M100 only: the source language code (deu_Latn for NLLB, de for M2M100)")
+    parser.add_argument("--tgt-lang", default=None, metavar="CODE",
+                        help="NLLB-200/M2M100 only: the target language code (eng_Latn for NLLB, en for M2M100)")
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="vocabridge", description="Vocabulary adaptation for NMT.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -365,7 +464,8 @@ def main(argv: list[str]) -> None:
                     "directory (loads with transformers' AutoModelForSeq2SeqLM and MarianTokenizer). Fine-tune "
                     "it on your in-domain pairs afterwards.")
     ad.add_argument("--model", type=Path, required=True,
-                    help="the pretrained Marian/OPUS-MT directory (config.json, model.safetensors, *.spm, vocab)")
+                    help="the pretrained Marian/OPUS-MT directory (config.json, model.safetensors, *.spm, vocab), "
+                         "or an NLLB-200/M2M100 one (sentencepiece.bpe.model, tokenizer files)")
     ad.add_argument("--src-text", type=Path, nargs="+", default=[],
                     help="in-domain source-language text, one sentence per line (needed to adapt the encoder)")
     ad.add_argument("--tgt-text", type=Path, nargs="+", default=[],
@@ -414,7 +514,8 @@ def main(argv: list[str]) -> None:
                     "lacks, the frequent words it shatters, optionally the share of pieces it barely saw in its own "
                     "corpus, and a recommended size. Writes OUT/audit.json, audit.md and audit.png.")
     au.add_argument("--model", type=Path, required=True,
-                    help="the Marian/OPUS-MT directory (config.json, model.safetensors, source.spm, target.spm, vocab)")
+                    help="the Marian/OPUS-MT directory (config.json, model.safetensors, source.spm, target.spm, vocab) "
+                         "or an NLLB-200/M2M100 one")
     au.add_argument("--text", type=Path, nargs="+", default=[],
                     help="text of one language, one sentence per line; its side (source or target) is detected")
     au.add_argument("--src-text", type=Path, nargs="+", default=[], help="source-language text")
@@ -437,12 +538,14 @@ def main(argv: list[str]) -> None:
                     "this machine runs it faster, dev selection and early stopping) on your aligned pairs. Progress "
                     "bar; checkpoints in --checkpoints, and the same command again resumes where it stopped. Writes "
                     "the best model to --out (with metrics.json and curves/).")
-    ft.add_argument("--model", type=Path, required=True, help="the Marian/OPUS-MT directory to start from")
+    ft.add_argument("--model", type=Path, required=True,
+                    help="the Marian/OPUS-MT (or NLLB-200/M2M100) directory to start from")
     for split, what in (("train", "training pairs"), ("dev", "dev pairs (selection)")):
         for role, lang in (("src", "source"), ("tgt", "target")):
             ft.add_argument(f"--{role}-{split}", type=Path, required=True,
                             help=f"{lang} side of the {what}, one sentence per line")
     ft.add_argument("--out", type=Path, required=True, help="where to write the fine-tuned model directory")
+    add_lang_flags(ft)
     ft.add_argument("--checkpoints", type=Path, default=None, help="checkpoint folder (default OUT.checkpoints)")
     recipe = Finetune().train  # the defaults: params.yaml's finetune.train (threads and device: compute's)
     ft.add_argument("--max-updates", type=int, default=recipe.max_updates,
@@ -503,9 +606,11 @@ def main(argv: list[str]) -> None:
     tr = sub.add_parser("translate", help="translate plain text with a Marian/OPUS-MT model (beam search)",
                         description="One sentence per line in, one translation per line out, in input order; with "
                                     "the CTranslate2 decoder the model directory is converted on the fly.")
-    tr.add_argument("--model", type=Path, required=True, help="the Marian/OPUS-MT directory")
+    tr.add_argument("--model", type=Path, required=True,
+                    help="the Marian/OPUS-MT directory, or an NLLB-200/M2M100 one (decoded by transformers)")
     tr.add_argument("--input", type=Path, required=True, help="source text, one sentence per line")
     tr.add_argument("--output", type=Path, default=None, help="where to write the translations (default stdout)")
+    add_lang_flags(tr)
     decoding = Evaluate()  # the defaults: params.yaml's evaluate
     tr.add_argument("--beam", type=int, default=decoding.beam, help="beam size (default %(default)s)")
     tr.add_argument("--length-penalty", type=float, default=decoding.length_penalty,
@@ -574,7 +679,8 @@ def main(argv: list[str]) -> None:
         print(f"{args.out}: audit.md, audit.json, audit.png")
     elif args.command == "adapt":
         diagnostics = adapt(args)
-        rows = {side: diagnostics[side]["rows"] for side in ("encoder", "decoder")}
+        rows = {side: diagnostics[side]["rows"] for side in (("shared",) if "shared" in diagnostics
+                                                             else ("encoder", "decoder"))}
         print(f"{args.out}: adapted with {args.method}; rows {rows}")
 
 

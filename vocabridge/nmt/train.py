@@ -119,8 +119,8 @@ def training_loss(model: MarianMTModel, batch: dict[str, torch.Tensor], label_sm
     with torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16, enabled=bf16):
         hidden = model.model(**inputs).last_hidden_state[real]
         logits = model.lm_head(hidden).float()
-    bias = model.final_logits_bias
-    if bias.any():
+    bias = getattr(model, "final_logits_bias", None)  # NLLB and M2M100 have none
+    if bias is not None and bias.any():
         logits = logits + bias[0]
     return F.cross_entropy(logits, batch["labels"][real], label_smoothing=label_smoothing)
 

@@ -3,7 +3,8 @@
 Everything but the vocabulary-sized tensors (encoder and decoder embeddings, output layer, final_logits_bias)
 is carried over unchanged; the config gets the new sizes and special-token ids, and embeddings become
 separate for source and target (an OPUS-MT model with one shared vocabulary is split). The result saves with
-nmt.model.save_model into a directory that AutoModelForSeq2SeqLM and MarianTokenizer reload.
+nmt.model.save_model into a directory that AutoModelForSeq2SeqLM and MarianTokenizer reload. NLLB-200 and
+M2M100 models keep their one shared, tied matrix (`swap_shared_embeddings`; nmt.shared saves them).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from vocabridge.nmt.vocab import PAD, Vocab
 
 if TYPE_CHECKING:
+    from transformers import M2M100ForConditionalGeneration
     from transformers.models.marian.modeling_marian import MarianMTModel
 
 VOCAB_SIZED = ("embed_tokens", "shared.weight", "lm_head", "final_logits_bias")
@@ -72,4 +74,26 @@ def swap_embeddings(model: MarianMTModel, src: Vocab, tgt: Vocab, encoder: np.nd
         if output is not None:
             new.lm_head.weight.copy_(torch.from_numpy(output))
         new.final_logits_bias.copy_(torch.from_numpy(bias)[None, :])
+    return new.to(model.dtype)
+
+
+def swap_shared_embeddings(model: M2M100ForConditionalGeneration, emb: np.ndarray) -> M2M100ForConditionalGeneration:
+    """A new NLLB/M2M100 model with `emb` as its one embedding matrix (encoder, decoder and output tied; these
+    models have no final_logits_bias); every other parameter carried over, special-token ids unchanged."""
+    from transformers import M2M100ForConditionalGeneration
+
+    config = copy.deepcopy(model.config)
+    config.vocab_size = emb.shape[0]
+    config.tie_word_embeddings = True
+    new = M2M100ForConditionalGeneration(config)
+    kept = {k: v for k, v in model.state_dict().items() if not any(s in k for s in VOCAB_SIZED)}
+    missing, unexpected = new.load_state_dict(kept, strict=False)
+    stray = [k for k in [*missing, *unexpected] if not any(s in k for s in VOCAB_SIZED)]
+    if stray:
+        raise ValueError(f"swap_shared_embeddings: parameters that do not carry over: {stray[:5]}")
+    with torch.no_grad():
+        new.get_input_embeddings().weight.copy_(torch.from_numpy(emb))
+    new.tie_weights()
+    if new.lm_head.weight.data_ptr() != new.get_input_embeddings().weight.data_ptr():
+        raise ValueError("swap_shared_embeddings: the output layer is not tied to the embeddings")
     return new.to(model.dtype)
