@@ -203,3 +203,44 @@ def test_train_a_generator_for_an_opus_mt_model_then_adapt_with_it(opus_mt_joint
     proc = cli_process("train-generator", "--model", str(model), "--src-text", str(tmp_path / "it.de"),
                        "--tgt-text", str(tmp_path / "short.en"), "--out", str(tmp_path / "never.safetensors"))
     assert proc.returncode != 0 and "must be aligned" in proc.stderr and not (tmp_path / "never.safetensors").exists()
+
+
+def test_finetune_can_keep_the_pretrained_rows_and_mix_original_pairs(user_files):
+    """`finetune --freeze-old-rows --new-rows-first N --mix-src/--mix-tgt`: the rows that `adapt` names as the
+    pretrained model's stay as they were, the original-domain pairs join the training set."""
+    from safetensors.torch import load_file
+
+    adapted, tuned = user_files / "keep-adapted", user_files / "keep-tuned"
+    proc = adapt("--model", str(user_files / "opus-mt"), "--src-text", str(user_files / "bible.de"),
+                 "--tgt-text", str(user_files / "bible.en"), "--out", str(adapted), "--method", "fwet",
+                 "--vocab-size", "60")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    old = json.loads((adapted / "old_rows.json").read_text())
+    assert old["source"] and old["target"]  # the specials and the pieces both vocabularies have
+    it = user_files / "it"
+    it.mkdir(exist_ok=True)
+    (it / "de").write_text("Datei öffnen\nDatei speichern unter\n" * 10, encoding="utf-8")
+    (it / "en").write_text("Open file\nSave file as\n" * 10, encoding="utf-8")
+    pairs = ["--src-train", str(user_files / "bible.de"), "--tgt-train", str(user_files / "bible.en"),
+             "--src-dev", str(user_files / "bible.de"), "--tgt-dev", str(user_files / "bible.en")]
+    options = ["--max-updates", "4", "--eval-every", "2", "--checkpoint-every", "2", "--batch-tokens", "300",
+               "--dev-sentences", "5", "--threads", "1", "--bf16", "false", "--warmup", "2", "--lr", "0.003",
+               "--select-by", "loss"]  # a trained update is selected, not the start
+    proc = cli("finetune", "--model", str(adapted), *pairs, "--out", str(tuned), *options, "--freeze-old-rows",
+               "--new-rows-first", "2", "--mix-src", str(it / "de"), "--mix-tgt", str(it / "en"), "--mix-share", "0.1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads((tuned / "metrics.json").read_text())
+    assert metrics["keep"]["frozen"] and metrics["keep"]["new_rows_first"] == 2
+    assert metrics["train_pairs"] > len(DE_BIBLE) and metrics["best_update"] > 0  # the IT pairs joined the verses
+    before, after = load_file(str(adapted / "model.safetensors")), load_file(str(tuned / "model.safetensors"))
+    enc = "model.encoder.embed_tokens.weight"
+    assert torch.equal(before[enc][old["source"]], after[enc][old["source"]])
+    assert not torch.equal(before[enc], after[enc])
+    proc = cli("finetune", "--model", str(user_files / "opus-mt"), *pairs, "--out", str(user_files / "never"),
+               *options, "--freeze-old-rows")  # a model adapt did not write: no old_rows.json
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "old_rows.json: missing" in errors[0], proc.stderr
+    proc = cli("finetune", "--model", str(adapted), *pairs, "--out", str(user_files / "never"), *options,
+               "--mix-src", str(it / "de"))
+    assert proc.returncode == 2 and "give both --mix-src and --mix-tgt" in proc.stderr
+    assert not (user_files / "never").exists()

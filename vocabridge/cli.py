@@ -83,6 +83,7 @@ def adapt(args: argparse.Namespace) -> dict:
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, write_json
     from vocabridge.hf_families import check_model_dir
+    from vocabridge.nmt.forgetting import write_old_rows
     from vocabridge.nmt.model import save_model
     from vocabridge.tokenizers import train_spm
     from vocabridge.transfer import Resources, get_method, knobs_for
@@ -133,6 +134,7 @@ def adapt(args: argparse.Namespace) -> dict:
         with atomic_dir(args.out) as tmp:
             save_model(model, src, tgt, tmp)
             write_json(tmp / "diagnostics.json", diagnostics)
+            write_old_rows(tmp, args.model)  # what `finetune --freeze-old-rows` holds
     return diagnostics
 
 
@@ -240,21 +242,69 @@ def finetune(args: argparse.Namespace) -> dict:
                    bf16={"auto": "auto", "true": True, "false": False}[args.bf16], seed=args.seed)
     checkpoints = args.checkpoints or args.out.with_name(args.out.name + ".checkpoints")
     device = use_compute(SimpleNamespace(threads=args.threads, device=args.device))
+    keep, mixed = keep_options(args, family)
     if family.shared:
         return finetune_shared(args, cfg, files, checkpoints, device)
     model, src, tgt = load_model(args.model, str(device))
     fingerprint = fingerprint_of("finetune", asdict(cfg), sha256_file(args.model / "model.safetensors"),
-                                 *(sha256_file(f) for f in files.values()))
+                                 *(sha256_file(f) for f in files.values()),
+                                 *([asdict(keep)] if keep else []), *([mixed] if mixed else []))
     with tempfile.TemporaryDirectory(prefix="vocabridge-finetune-") as corpus:
         for name, path in files.items():
             shutil.copyfile(path, Path(corpus) / name)
+        if mixed:
+            mix_pairs(Path(corpus), mixed)
         state, summary = fit(model, src, tgt, Path(corpus), Lang("src", "tgt"), cfg, checkpoints, fingerprint,
-                             "finetune")
+                             "finetune", keep=keep)
     with atomic_dir(args.out) as tmp:
         save_model(model.cpu(), src, tgt, tmp)
         write_logs(state, tmp / "curves")
         write_json(tmp / "metrics.json", summary | {"model": str(args.model)})
     return summary
+
+
+def keep_options(args: argparse.Namespace, family):
+    """`finetune`'s forgetting options: what it holds (nmt.forgetting.Keep or None) and the original-domain pairs
+    it mixes in (None, or {src, tgt, share}); checked before anything trains."""
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.nmt.forgetting import Keep, read_old_rows
+
+    holding = args.freeze_old_rows or args.new_rows_first
+    mixing = args.mix_src is not None or args.mix_tgt is not None
+    if (holding or mixing) and family.shared:
+        raise ConfigError(f"finetune: --freeze-old-rows, --new-rows-first and --mix-* are for Marian models; "
+                          f"{args.model} is a {family.label} model")
+    if args.new_rows_first < 0:
+        raise ConfigError(f"finetune: --new-rows-first must be >= 0, got {args.new_rows_first}")
+    keep = Keep(read_old_rows(args.model), args.freeze_old_rows, args.new_rows_first) if holding else None
+    if not mixing:
+        return keep, None
+    if args.mix_src is None or args.mix_tgt is None:
+        raise ConfigError("finetune: give both --mix-src and --mix-tgt (the original-domain pairs)")
+    if not 0 < args.mix_share < 1:
+        raise ConfigError(f"finetune: --mix-share must be between 0 and 1, got {args.mix_share}")
+    n_src, n_tgt = len(read_text_lines(args.mix_src)), len(read_text_lines(args.mix_tgt))
+    if n_src != n_tgt or not n_src:
+        raise ConfigError(f"finetune: {args.mix_src} has {n_src} lines and {args.mix_tgt} {n_tgt}: the pairs must "
+                          f"be aligned and not empty")
+    return keep, {"src": str(args.mix_src), "tgt": str(args.mix_tgt), "share": args.mix_share}
+
+
+def mix_pairs(corpus: Path, mixed: dict) -> int:
+    """Append to corpus/train.{src,tgt} a fixed sample of the original-domain pairs, `share` of the whole (all of
+    them when there are fewer); returns how many."""
+    import numpy as np
+
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.fileio import write_lines
+
+    pairs = len(read_text_lines(corpus / "train.src"))
+    extra = [read_text_lines(Path(mixed[role])) for role in ("src", "tgt")]
+    want = min(len(extra[0]), max(1, round(mixed["share"] / (1 - mixed["share"]) * pairs)))
+    chosen = np.sort(np.random.default_rng(0).permutation(len(extra[0]))[:want])
+    for role, lines in zip(("src", "tgt"), extra, strict=True):
+        write_lines(corpus / f"train.{role}", read_text_lines(corpus / f"train.{role}") + [lines[i] for i in chosen])
+    return want
 
 
 def check_langs(args: argparse.Namespace, family, command: str) -> None:
@@ -572,6 +622,16 @@ def main(argv: list[str]) -> None:
     ft.add_argument("--bf16", choices=("auto", "true", "false"), default=str(recipe.bf16).lower(),
                     help="bf16 autocast: auto where this machine runs it faster than fp32 (default %(default)s)")
     ft.add_argument("--seed", type=int, default=recipe.seed, help="batch order and dropout (default %(default)s)")
+    keep = ft.add_argument_group("keeping the original domain (vocabridge/nmt/forgetting.py; Marian models)")
+    keep.add_argument("--freeze-old-rows", action="store_true",
+                      help="the rows of tokens the pretrained vocabulary has never train (needs a model that "
+                           "`vocabridge adapt` wrote: its old_rows.json)")
+    keep.add_argument("--new-rows-first", type=int, default=0, metavar="N",
+                      help="the first N updates train the new rows only, then everything (default 0)")
+    keep.add_argument("--mix-src", type=Path, default=None, help="source side of original-domain pairs to mix in")
+    keep.add_argument("--mix-tgt", type=Path, default=None, help="target side of the original-domain pairs")
+    keep.add_argument("--mix-share", type=float, default=0.2,
+                      help="the share of the training pairs drawn from --mix-src/--mix-tgt (default %(default)s)")
     tg = sub.add_parser("train-generator", help="train an embedding generator (Liu et al. 2021) against your model, "
                         "for adapt's att-eg, patt-eg and patt-eg-kd",
                         description="Train an embedding generator against your frozen model on parallel text it "
