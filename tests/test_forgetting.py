@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from vocabridge.config import Arch, SpmModel, Training
+from tests.test_nmt import ARCH, DE, EN
+from vocabridge.config import SpmModel, Training
 from vocabridge.errors import InputError
 from vocabridge.nmt.data import Parallel
 from vocabridge.nmt.forgetting import Keep, read_old_rows, write_old_rows
@@ -15,9 +16,6 @@ from vocabridge.nmt.train import Trainer
 from vocabridge.nmt.vocab import pair_vocabs
 from vocabridge.tokenizers import train_spm
 
-DE = [f"das haus nummer {i} ist {'groß' if i % 2 else 'klein'} und alt" for i in range(200)]
-EN = [f"the house number {i} is {'big' if i % 2 else 'small'} and old" for i in range(200)]
-ARCH = Arch(d_model=32, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=64, max_positions=64)
 TRAIN = Training(max_updates=6, batch_tokens=400, lr=3e-3, warmup=2, eval_every=3, dev_sentences=8,
                  checkpoint_every=3, log_every=3, patience=0, bf16=False)
 

@@ -27,6 +27,7 @@ from vocabridge.hf_families import NLLB, SPM_FILE, Family, check_model_dir
 from vocabridge.nmt.data import padding_share
 from vocabridge.nmt.train import Trainer, dev_loss
 from vocabridge.nmt.translate import translate
+from vocabridge.nmt.vocab import spm_pieces
 
 if TYPE_CHECKING:
     from transformers import M2M100ForConditionalGeneration
@@ -88,11 +89,7 @@ class SharedVocab:
     def encode(self, lines: list[str], alpha: float = 0.0, seed: int = 0) -> list[np.ndarray]:
         """`[code] pieces </s>` per line, as the family's tokenizer encodes it (alpha > 0: sampled pieces)."""
         lookup = self._lookup()
-        if alpha:
-            spm.set_random_generator_seed(seed)
-            encoded = self.sp.encode(lines, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
-        else:
-            encoded = self.sp.encode(lines)
+        encoded = spm_pieces(self.sp, lines, alpha, seed)
         prefix = [] if self.lang is None else [self.lang]
         return [np.array([*prefix, *lookup[np.asarray(ids, dtype=np.int64)], EOS_ID], dtype=np.int64)
                 for ids in encoded]

@@ -28,6 +28,15 @@ def is_domain_tag(token: str) -> bool:
     return token.startswith("<domain:") and token.endswith(">")
 
 
+def spm_pieces(sp: spm.SentencePieceProcessor, lines: list[str], alpha: float = 0.0, seed: int = 0) -> list[list[int]]:
+    """SentencePiece ids of each line; alpha > 0: a segmentation sampled from the unigram lattice (subword
+    regularisation, Kudo 2018), the same for the same seed (one thread, SentencePiece's generator seeded first)."""
+    if alpha:
+        spm.set_random_generator_seed(seed)
+        return sp.encode(lines, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
+    return sp.encode(lines)
+
+
 @dataclass
 class Vocab:
     """One side's vocabulary: Marian token list plus the SentencePiece model that segments text."""
@@ -86,12 +95,8 @@ class Vocab:
         alpha > 0: a segmentation sampled from the unigram lattice (subword regularisation, Kudo 2018), the same
         for the same seed (one thread, SentencePiece's generator seeded first)."""
         lookup = self._spm_to_marian()
-        if alpha:
-            spm.set_random_generator_seed(seed)
-            encoded = self.sp.encode(lines, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
-        else:
-            encoded = self.sp.encode(lines)
-        return [np.append(lookup[np.asarray(ids, dtype=np.int64)], 0) for ids in encoded]
+        pieces = spm_pieces(self.sp, lines, alpha, seed)
+        return [np.append(lookup[np.asarray(ids, dtype=np.int64)], 0) for ids in pieces]
 
     def decode(self, ids) -> str:
         pieces = [self.tokens[i] for i in ids if i > 1 and i != self.pad_id and i < len(self.tokens)]
