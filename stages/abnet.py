@@ -21,7 +21,7 @@ from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 from vocabridge.fileio import sha256_file, write_json
 from vocabridge.nmt.train import State, fingerprint_of, use_compute, write_logs
-from vocabridge.plm.abnet import new_abnet, save_abnet
+from vocabridge.plm.abnet import model_kind, new_abnet, save_abnet
 from vocabridge.plm.train import fit_abnet
 
 
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     if spec.upstream:
         corpus = paths.CORPORA / "upstream"
         fingerprint = fingerprint_of("abnet", name, asdict(lang), asdict(spec), asdict(cfg.adapters), cfg.length_weight,
-                                     *([asdict(sponsored)] if spec.decoder == "coordinator" else []),
+                                     *([asdict(sponsored)] if model_kind(model) == "plm-nmt" else []),
                                      asdict(cfg.train), sha256_file(corpus / "stats.json"),
                                      *(sha256_file(paths.PLMS / code / "model.safetensors")
                                        for code in (lang.src, lang.tgt)))

@@ -27,7 +27,7 @@ from vocabridge.grid import VERSION, Cell, code_commit, condition_digest, machin
 from vocabridge.nmt.precision import Precision
 from vocabridge.nmt.train import threads_of, use_compute
 from vocabridge.nmt.translate import ModelTranslator
-from vocabridge.plm.abnet import load_abnet, model_kind
+from vocabridge.plm.abnet import family_of, load_abnet
 from vocabridge.plm.train import translate_abnet
 
 
@@ -41,8 +41,7 @@ def main(argv: list[str]) -> None:
     if abnet:
         model, src, tgt = load_abnet(model_dir, device)
         precision = Precision(False, "AB-Net decodes in fp32")
-        decoder = {"abnet-enc": "transformers (AB-Net-Enc)", "plm-nmt": "beam search (PLM-sponsored)"}.get(
-            model_kind(model), "mask-predict")
+        decoder = family_of(model).decoding
     else:
         translator = ModelTranslator(model_dir, cfg.decoder, device, cfg.bf16,
                                      threads_of(params.compute.threads))

@@ -184,12 +184,12 @@ def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: t
 
 
 def abnet_kind(spec: AbnetModel | None) -> str:
-    """The estimator's name for an abnets entry's model: abnet | abnet-enc | mask-predict | plm-nmt."""
-    if spec is not None and spec.decoder == "autoregressive":
-        return "abnet-enc"
-    if spec is not None and spec.decoder == "coordinator":
-        return "plm-nmt"
-    return "abnet" if spec is None or spec.plms else "mask-predict"
+    """The estimator's name for an abnets entry's model: its family's kind (vocabridge.plm.abnet.FAMILIES), and
+    mask-predict for AB-Net without BERTs (every layer trains: another price)."""
+    from vocabridge.plm.abnet import family_for
+
+    kind = family_for(spec.decoder if spec is not None else "mask-predict").kind
+    return "mask-predict" if kind == "abnet" and spec is not None and not spec.plms else kind
 
 
 def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
@@ -200,7 +200,7 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     `threads`."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from vocabridge.plm.abnet import beam_search, build_abnet, mask_predict, mask_targets, model_kind
+    from vocabridge.plm.abnet import beam_search, build_abnet, family_for, mask_predict, mask_targets, model_kind
     from vocabridge.plm.sponsored import auxiliary_labels
     from vocabridge.plm.sponsored import beam_search as sponsored_beam_search
     from vocabridge.plm.train import TRAINERS
@@ -218,7 +218,8 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     adapters = dataclasses.replace(params.abnet.adapters,
                                    max_target_len=min(params.abnet.adapters.max_target_len, arch.max_positions - 2))
     settings = params.abnet.sponsored
-    teacher = BertForMaskedLM(config) if spec.decoder == "coordinator" and pretrained and settings.distill else None
+    sponsoring = family_for(spec.decoder).kind == "plm-nmt"
+    teacher = BertForMaskedLM(config) if sponsoring and pretrained and settings.distill else None
     special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
     model = build_abnet(*berts, adapters, pretrained, spec.decoder, settings, teacher, special).to(device).train()
     kind = model_kind(model)

@@ -17,7 +17,7 @@ cross-attention, the target BERT's sizes), decoded by beam search through transf
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -311,24 +311,55 @@ def untied(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def model_kind(model) -> str:
-    """abnet | abnet-enc | plm-nmt: what abnet.json records, and how a model directory loads and decodes."""
+@dataclass(frozen=True)
+class Family:
+    """A model family on two BERTs: one registry (`FAMILIES`), as `vocabridge.transfer.METHODS` is for methods."""
+
+    kind: str  # abnet.json's kind, the estimator's and the abnet rows' name
+    decoder: str  # abnets.NAME.decoder, which builds it (build_abnet)
+    decoding: str  # how the evaluate stage names its decoding
+    target_bert: bool  # it keeps a target BERT (AB-Net-Enc decodes with a decoder of its own instead)
+    searched: bool  # decoded left to right by beam search (else Mask-Predict)
+
+
+FAMILIES = {family.kind: family for family in (
+    Family("abnet", "mask-predict", "mask-predict", target_bert=True, searched=False),
+    Family("abnet-enc", "autoregressive", "transformers (AB-Net-Enc)", target_bert=False, searched=True),
+    Family("plm-nmt", "coordinator", "beam search (PLM-sponsored)", target_bert=True, searched=True))}
+DECODERS = tuple(family.decoder for family in FAMILIES.values())  # abnets.NAME.decoder's values
+
+
+def family_for(decoder: str) -> Family:
+    for family in FAMILIES.values():
+        if family.decoder == decoder:
+            return family
+    raise InputError(f"abnets: decoder {decoder!r} is none of {', '.join(DECODERS)}")
+
+
+def family_of(model) -> Family:
+    """The family of a built model (the one place that tells the classes apart)."""
     from vocabridge.plm.sponsored import PlmSponsored
 
     if isinstance(model, PlmSponsored):
-        return "plm-nmt"
-    return "abnet-enc" if isinstance(model, ABNetEnc) else "abnet"
+        return FAMILIES["plm-nmt"]
+    return FAMILIES["abnet-enc" if isinstance(model, ABNetEnc) else "abnet"]
+
+
+def model_kind(model) -> str:
+    """abnet | abnet-enc | plm-nmt: what abnet.json records, and how a model directory loads and decodes."""
+    return family_of(model).kind
 
 
 def save_abnet(model, out: Path, source_tokenizer, target_tokenizer) -> None:
     """A model directory: source/ and target/ (Hugging Face BERT directories as the model holds them; AB-Net-Enc
     has no target BERT, its target/ holds the tokenizer only; the PLM-sponsored model adds its frozen teacher/),
     adapters.safetensors (everything else that trained) and abnet.json (kind and sizes)."""
-    kind = model_kind(model)
+    family = family_of(model)
+    kind = family.kind
     with atomic_dir(out) as tmp:
         model.source_bert.save_pretrained(tmp / "source", safe_serialization=True)
         source_tokenizer.save_pretrained(tmp / "source")
-        if kind != "abnet-enc":
+        if family.target_bert:
             model.target_bert.save_pretrained(tmp / "target", safe_serialization=True)
         target_tokenizer.save_pretrained(tmp / "target")
         if kind == "plm-nmt" and model.teacher is not None:
@@ -360,14 +391,17 @@ def load_abnet(path: Path, device: torch.device | str = "cpu"):
     meta = json.loads((path / "abnet.json").read_text(encoding="utf-8"))
     source_bert, source_tokenizer = load_bert(path / "source")
     size = AbnetAdapters(**meta["size"])
-    if meta.get("kind") == "plm-nmt":
+    kind = meta.get("kind", "abnet")
+    if kind not in FAMILIES:
+        raise InputError(f"{path}/abnet.json: kind {kind!r} is none of {', '.join(FAMILIES)}")
+    if kind == "plm-nmt":
         from vocabridge.config import Sponsored
         from vocabridge.plm.sponsored import PlmSponsored
 
         target_bert, target_tokenizer = load_bert(path / "target")
         teacher = load_bert(path / "teacher")[0] if (path / "teacher").is_dir() else None
         model = PlmSponsored(source_bert, target_bert, teacher, Sponsored(**meta["sponsored"]), size)
-    elif meta.get("kind", "abnet") == "abnet-enc":
+    elif kind == "abnet-enc":
         target_tokenizer = AutoTokenizer.from_pretrained(path / "target", local_files_only=True)
         decoder = BertLMHeadModel(BertConfig(**meta["decoder"]))
         decoder.set_attn_implementation("eager")
@@ -381,9 +415,6 @@ def load_abnet(path: Path, device: torch.device | str = "cpu"):
     return model.to(device), source_tokenizer, target_tokenizer
 
 
-DECODERS = ("mask-predict", "autoregressive", "coordinator")  # abnets.NAME.decoder: AB-Net, AB-Net-Enc, PLM-sponsored
-
-
 def build_abnet(source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, adapters: AbnetAdapters, pretrained: bool,
                 decoder: str = "mask-predict", sponsored=None, teacher: BertForMaskedLM | None = None,
                 special: dict[str, int] | None = None):
@@ -393,13 +424,12 @@ def build_abnet(source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, adap
     (settings `sponsored`, its frozen `teacher` or None)."""
     from transformers.models.bert.modeling_bert import BertLMHeadModel
 
-    if decoder not in DECODERS:
-        raise InputError(f"abnets: decoder {decoder!r} is none of {', '.join(DECODERS)}")
-    if decoder == "coordinator":
+    kind = family_for(decoder).kind
+    if kind == "plm-nmt":
         from vocabridge.plm.sponsored import PlmSponsored
 
         return PlmSponsored(source_bert, target_bert, teacher, sponsored, adapters)
-    if decoder == "autoregressive":
+    if kind == "abnet-enc":
         config = autoregressive_decoder_config(target_bert.config)
         if special:
             config.bos_token_id, config.eos_token_id = special["cls"], special["sep"]
@@ -424,7 +454,8 @@ def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretr
         source_bert, target_bert = (type(b)(b.config) for b in (source_bert, target_bert))
         for bert in (source_bert, target_bert):
             bert.set_attn_implementation("eager")
-    teacher = load_bert(source_dir)[0] if decoder == "coordinator" and pretrained and sponsored.distill else None
+    sponsoring = family_for(decoder).kind == "plm-nmt"
+    teacher = load_bert(source_dir)[0] if sponsoring and pretrained and sponsored.distill else None
     special = {"cls": target_tokenizer.cls_token_id, "sep": target_tokenizer.sep_token_id,
                "pad": target_tokenizer.pad_token_id}
     model = build_abnet(source_bert, target_bert, adapters, pretrained, decoder, sponsored, teacher, special)
