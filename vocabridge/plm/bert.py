@@ -172,6 +172,7 @@ class MlmTrainer(TrainLoop):
                          ckpt_dir, fingerprint, name, device)
         self._since_eval: list[float] = []
         self._collator = None
+        self._bar_figures: dict = {}  # the last held-out figures, for the progress bar
 
     def _batch(self, ids: list[list[int]], generator_seed: int | None = None) -> dict[str, torch.Tensor]:
         if self._collator is None:  # made when first needed: timing an update (vocabridge.estimate) needs none
@@ -232,7 +233,7 @@ class MlmTrainer(TrainLoop):
         return None
 
     def postfix(self, row: dict) -> dict:
-        return getattr(self, "_bar_figures", {"loss": row["loss"]})
+        return self._bar_figures or {"loss": row["loss"]}
 
 
 def save_bert(model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase, out: Path) -> None:

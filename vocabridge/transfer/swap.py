@@ -49,6 +49,16 @@ def pair(src: Vocab, tgt: Vocab) -> tuple[Vocab, Vocab]:
     return fit_vocab(src, size), fit_vocab(tgt, size)
 
 
+def carry_over(model: torch.nn.Module, new: torch.nn.Module, who: str) -> None:
+    """Load every parameter of `model` that does not depend on the vocabulary size into `new`; any other
+    difference between the two is an error."""
+    kept = {k: v for k, v in model.state_dict().items() if not any(s in k for s in VOCAB_SIZED)}
+    missing, unexpected = new.load_state_dict(kept, strict=False)
+    stray = [k for k in [*missing, *unexpected] if not any(s in k for s in VOCAB_SIZED)]
+    if stray:
+        raise ValueError(f"{who}: parameters that do not carry over: {stray[:5]}")
+
+
 def swap_embeddings(model: MarianMTModel, src: Vocab, tgt: Vocab, encoder: np.ndarray, decoder: np.ndarray,
                     bias: np.ndarray, output: np.ndarray | None = None) -> MarianMTModel:
     """A new Marian model with the given vocabularies and rows; `output` only for an untied output layer."""
@@ -63,11 +73,7 @@ def swap_embeddings(model: MarianMTModel, src: Vocab, tgt: Vocab, encoder: np.nd
     config.eos_token_id = config.forced_eos_token_id = 0
     config.tie_word_embeddings = output is None
     new = MarianMTModel(config)
-    kept = {k: v for k, v in model.state_dict().items() if not any(s in k for s in VOCAB_SIZED)}
-    missing, unexpected = new.load_state_dict(kept, strict=False)
-    stray = [k for k in [*missing, *unexpected] if not any(s in k for s in VOCAB_SIZED)]
-    if stray:
-        raise ValueError(f"swap_embeddings: parameters that do not carry over: {stray[:5]}")
+    carry_over(model, new, "swap_embeddings")
     with torch.no_grad():
         new.get_encoder().embed_tokens.weight.copy_(torch.from_numpy(encoder))
         new.get_decoder().embed_tokens.weight.copy_(torch.from_numpy(decoder))
@@ -86,11 +92,7 @@ def swap_shared_embeddings(model: M2M100ForConditionalGeneration, emb: np.ndarra
     config.vocab_size = emb.shape[0]
     config.tie_word_embeddings = True
     new = M2M100ForConditionalGeneration(config)
-    kept = {k: v for k, v in model.state_dict().items() if not any(s in k for s in VOCAB_SIZED)}
-    missing, unexpected = new.load_state_dict(kept, strict=False)
-    stray = [k for k in [*missing, *unexpected] if not any(s in k for s in VOCAB_SIZED)]
-    if stray:
-        raise ValueError(f"swap_shared_embeddings: parameters that do not carry over: {stray[:5]}")
+    carry_over(model, new, "swap_shared_embeddings")
     with torch.no_grad():
         new.get_input_embeddings().weight.copy_(torch.from_numpy(emb))
     new.tie_weights()
