@@ -345,21 +345,38 @@ def test_overrides_run_as_experiments_and_leave_the_workspace_alone(flow_copy):
 
 @e2e
 def test_two_flows_at_once_on_one_workspace(flow_copy, tmp_path):
-    """Both force spm@downstream: DVC's lock makes one wait for the other; data and cache stay consistent."""
+    """Both force spm@downstream while a third DVC process writes it: both wait, then run one after the other.
+
+    The test holds DVC's own lock on the stage's outputs (as `dvc repro` does while a stage runs) until both flows
+    have reported waiting, so that they meet the lock whatever their start-up times.
+    """
+    from dvc.repo import Repo
+    from dvc.rwlock import rwlock
+
     project = flow_copy
     lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
-    procs = []
-    for i in range(2):
-        env = prefect_env(tmp_path / f"home{i}")
-        cmd = [sys.executable, "-m", "flows.pipeline", "--workspace", str(project), "--targets", "spm@downstream",
-               "--force", "--no-estimate"]
-        procs.append(subprocess.Popen(cmd, cwd=Path(__file__).parents[1], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-        time.sleep(1)
-    logs = [p.communicate(timeout=240)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-3000:] for log in logs)
-    assert any("waiting" in log for log in logs), "neither flow met the other's lock"
-    assert all(stage_table(log)["spm@downstream"] == "ran" for log in logs)
+    logs = [tmp_path / f"flow{i}.log" for i in range(2)]
+    with Repo(str(project)) as repo:
+        stage = next(s for s in repo.index.stages if s.name == "spm@downstream")
+        outs = [out.fs_path for out in stage.outs]
+        with rwlock(repo.tmp_dir, repo.fs, "a test holding spm@downstream", [], outs, False):
+            procs = []
+            for i, log in enumerate(logs):
+                cmd = [sys.executable, "-m", "flows.pipeline", "--workspace", str(project), "--targets",
+                       "spm@downstream", "--force", "--no-estimate"]
+                with log.open("w") as out:
+                    procs.append(subprocess.Popen(cmd, cwd=Path(__file__).parents[1],
+                                                  env=prefect_env(tmp_path / f"home{i}"), stdout=out,
+                                                  stderr=subprocess.STDOUT, text=True))
+            deadline = time.time() + 180
+            while not all("waiting" in log.read_text() for log in logs):
+                assert time.time() < deadline and all(p.poll() is None for p in procs), \
+                    "\n".join(log.read_text()[-3000:] for log in logs)
+                time.sleep(1)
+    codes = [p.wait(timeout=240) for p in procs]
+    texts = [log.read_text() for log in logs]
+    assert codes == [0, 0], "\n".join(text[-3000:] for text in texts)
+    assert all(stage_table(text)["spm@downstream"] == "ran" for text in texts)
     assert run(["dvc", "status", "mismatch"], project).stdout.strip() == "Data and pipelines are up to date."
     after = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
     assert after["spm@downstream"]["outs"] == lock["spm@downstream"]["outs"]  # same bytes as before
