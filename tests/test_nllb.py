@@ -120,9 +120,13 @@ def test_adapt_then_finetune_then_translate(pretrained):
     tok = AutoTokenizer.from_pretrained(tuned, local_files_only=True, src_lang=src_lang, tgt_lang=tgt_lang)
     model = AutoModelForSeq2SeqLM.from_pretrained(tuned, use_safetensors=True, local_files_only=True)
     from vocabridge.nmt.shared import load_vocab
+    from vocabridge.nmt.translate import fit_positions
 
     vocab = load_vocab(tuned).for_lang(src_lang, tuned)
     assert [list(x) for x in vocab.encode(DE_BIBLE[:3])] == tok(DE_BIBLE[:3])["input_ids"]
+    long = vocab.encode([" ".join(DE_BIBLE)])[0]  # past the model's 64 positions: cut as the tokenizer cuts it
+    assert len(long) > 64
+    assert list(fit_positions(long, 64)) == tok([" ".join(DE_BIBLE)], truncation=True, max_length=64)["input_ids"][0]
     budget = int(max(map(len, vocab.encode(DE_BIBLE))) * 1.5) + 10  # translate's length limit
     with torch.no_grad():
         out = model.generate(**tok(DE_BIBLE[:3], return_tensors="pt", padding=True), num_beams=1, do_sample=False,

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
     from transformers.models.marian.modeling_marian import MarianMTModel
 
 
+def fit_positions(ids: np.ndarray, limit: int) -> np.ndarray:
+    """`ids` cut to the model's `limit` positions, keeping the family's own last token (Marian's and NLLB's
+    `</s>` have different ids), so that an over-long input still ends as the model was trained to see it."""
+    return ids if len(ids) <= limit else np.append(ids[: limit - 1], ids[-1])
+
+
 @torch.inference_mode()
 def translate(model: MarianMTModel, src: Vocab, tgt: Vocab, lines: list[str], *, beam: int = 5,
               length_penalty: float = 1.0, batch_tokens: int = 4000, max_len_a: float = 1.5, max_len_b: int = 10,
@@ -27,7 +33,7 @@ def translate(model: MarianMTModel, src: Vocab, tgt: Vocab, lines: list[str], *,
     device = next(model.parameters()).device
     ids = src.encode(lines)
     limit = model.config.max_position_embeddings
-    ids = [x if len(x) <= limit else np.append(x[: limit - 1], 0) for x in ids]
+    ids = [fit_positions(x, limit) for x in ids]
     order = np.argsort([-len(x) for x in ids], kind="stable")
     out: list[list[int]] = [[] for _ in lines]
     started = time.perf_counter()
