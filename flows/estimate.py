@@ -35,6 +35,7 @@ from vocabridge.estimate import (
     count_lines,
     training_seconds,
 )
+from vocabridge.evaluate import heldout_verses
 from vocabridge.grid import Cell, cells
 from vocabridge.transfer import get_method, knobs_for
 
@@ -237,6 +238,8 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
     up_test = count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
     upstream = min(params.evaluate.upstream_sentences, up_test)  # forgetting: the upstream test set's first lines
     latency = LATENCY_COST * min(params.evaluate.latency_sentences, test)
+    selection = (params.abnet.finetune if method.family == "abnet" else params.finetune.train).dev_sentences
+    test += heldout_sentences(params, corpora / "downstream", down_dev, selection)
     if method.family == "abnet":
         kind = abnet_kind(params.abnets.get(knobs_for(row, params.rows).upstream))
         if group == "transfer":
@@ -255,6 +258,18 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
         cfg = params.finetune.train
         return start + 5 + training_seconds(machine, kind, "downstream", cfg, cfg.threads or threads, down_dev)
     return start + 4 + (test + upstream + latency) * at(machine.beam, threads)  # evaluate: beam search
+
+
+def heldout_sentences(params: Params, corpus: Path, dev: int, selection: int) -> int:
+    """The evaluate stage's second test set (the dev verses of books no checkpoint selection read), decoded like
+    the first: counted from the prepared verse ids, or, before prepare, every dev verse past the selection's."""
+    if not params.evaluate.heldout_dev:
+        return 0
+    ids = corpus / "dev.ids"
+    if ids.is_file():
+        return len(heldout_verses(ids.read_text(encoding="utf-8").splitlines(), selection))
+    prepared = (corpus / f"dev.{params.lang.src}").is_file()  # a user's files: no verse ids, no second test set
+    return 0 if prepared or params.prepare.downstream.recipe != "bible" else max(0, dev - selection)
 
 
 def _minutes(seconds: float) -> str:

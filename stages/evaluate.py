@@ -21,7 +21,7 @@ from stages import _cells as cells
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
-from vocabridge.evaluate import score
+from vocabridge.evaluate import heldout_verses, score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.grid import VERSION, Cell, code_commit, condition_digest, machine, text_digest
 from vocabridge.nmt.precision import Precision
@@ -128,10 +128,9 @@ def heldout_dev(params, abnet: bool) -> tuple[list[str], list[str], list[str]]:
     ids_file = corpus / "dev.ids"
     if not ids_file.is_file():
         return [], [], []
-    books = [verse.split(".", 1)[0] for verse in read_text_lines(ids_file)]
-    selection = (params.abnet.finetune if abnet else params.finetune.train).dev_sentences
-    seen = set(books[:selection])
-    keep = [i for i, book in enumerate(books) if book not in seen]
+    verses = read_text_lines(ids_file)
+    books = [verse.split(".", 1)[0] for verse in verses]
+    keep = heldout_verses(verses, (params.abnet.finetune if abnet else params.finetune.train).dev_sentences)
     sources, refs = (read_text_lines(corpus / f"dev.{code}") for code in (lang.src, lang.tgt))
     return [sources[i] for i in keep], [refs[i] for i in keep], sorted({books[i] for i in keep})
 

@@ -132,6 +132,24 @@ def test_the_grid_s_own_stages_are_priced_and_an_unknown_stage_is_an_error(tmp_p
         stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path)
 
 
+def test_evaluate_decodes_the_second_test_set_too(tmp_path):
+    """The held-out dev books are decoded beside the test set (its sentences counted from the verse ids)."""
+    params = grid_params({"ft-srcv": {}}, [1])
+    params.finetune.train.dev_sentences = 2
+    corpus = tmp_path / "data/corpora/downstream"
+    corpus.mkdir(parents=True)
+    (corpus / "dev.ids").write_text("1.1.1\n2.1.1\n1.1.2\n3.1.1\n4.1.1\n4.1.2\n")  # books 3 and 4 unseen
+    for lang in (params.lang.src, params.lang.tgt):
+        (corpus / f"dev.{lang}").write_text("x\n" * 6)
+    with_heldout = stage_seconds("evaluate@ft-srcv-1", params, machine(), 2, tmp_path)
+    params.evaluate.heldout_dev = False
+    alone = stage_seconds("evaluate@ft-srcv-1", params, machine(), 2, tmp_path)
+    params.evaluate.heldout_dev = True
+    assert with_heldout - alone == pytest.approx(3 * 0.06)  # 3 verses at the beam's 0.06 s a sentence
+    (corpus / "dev.ids").unlink()  # a user's files: no verse ids, no second test set
+    assert stage_seconds("evaluate@ft-srcv-1", params, machine(), 2, tmp_path) == pytest.approx(alone)
+
+
 def test_the_estimate_counts_the_grid_s_cells(tmp_path, monkeypatch):
     import flows.estimate as fe
 

@@ -18,6 +18,14 @@ def score(hyps: list[str], refs: list[str]) -> dict:
     return out
 
 
+def heldout_verses(verse_ids: list[str], selection: int) -> list[int]:
+    """The second test set: indices of the dev verses (ids `BOOK.CHAPTER.VERSE`) of the books that none of the
+    first `selection` dev verses (those checkpoint selection reads) comes from, in order."""
+    books = [verse.split(".", 1)[0] for verse in verse_ids]
+    seen = set(books[:selection])
+    return [i for i, book in enumerate(books) if book not in seen]
+
+
 def paired_bootstrap(baseline: tuple[str, list[str]], systems: list[tuple[str, list[str]]], refs: list[str],
                      n_samples: int = 1000, seed: int = 12345) -> dict[str, dict]:
     """sacrebleu's paired bootstrap of BLEU against a baseline: p-value and 95% interval per system.
