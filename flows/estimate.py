@@ -238,8 +238,9 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
     up_test = count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
     upstream = min(params.evaluate.upstream_sentences, up_test)  # forgetting: the upstream test set's first lines
     latency = LATENCY_COST * min(params.evaluate.latency_sentences, test)
-    selection = (params.abnet.finetune if method.family == "abnet" else params.finetune.train).dev_sentences
-    test += heldout_sentences(params, corpora / "downstream", down_dev, selection)
+    if group == "evaluate":  # the held-out dev books are decoded beside the test set
+        selection = (params.abnet.finetune if method.family == "abnet" else params.finetune.train).dev_sentences
+        test += heldout_sentences(params, corpora / "downstream", down_dev, selection)
     if method.family == "abnet":
         kind = abnet_kind(params.abnets.get(knobs_for(row, params.rows).upstream))
         if group == "transfer":
