@@ -133,6 +133,25 @@ def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering
     assert pd.isna(verdicts.loc["ft-tgtv > ft-srcv", "p_value"])
 
 
+def test_sato_table_5_tests_back_translation_and_its_orthogonality_to_va_llm():
+    from vocabridge.report import PAPER_TABLES, SATO_TABLE_5, ordering_verdicts
+    from vocabridge.significance import Comparison
+
+    assert SATO_TABLE_5 in PAPER_TABLES
+    published = {ours: bleu for _, ours, bleu in SATO_TABLE_5.rows}
+    assert round(published["va-llm-bt"] - published["ft-srcv-bt"], 2) == 2.62  # the paper's "2.61 pt" De->En
+
+    def comparison(delta, p_value):
+        return Comparison(delta=delta, ci_low=delta - 0.4, ci_high=delta + 0.4, p_value=p_value, seeds=5,
+                          reference_seeds=5, std_error=0.2, seed_std=0.4, reference_seed_std=0.4,
+                          sentence_variance=0.01)
+
+    found = {("ft-srcv-bt", "ft-srcv"): comparison(1.0, 0.001), ("va-llm-bt", "ft-srcv-bt"): comparison(-0.9, 0.004)}
+    verdicts = ordering_verdicts(SATO_TABLE_5, lambda a, b: found.get((a, b))).set_index("ordering")
+    assert list(verdicts["verdict"]) == ["holds", "not run", "reversed"]
+    assert verdicts.loc["ft-srcv-bt > ft-srcv", "p_holm"] == 0.002  # Holm over the two tested: 0.001 x 2
+
+
 def test_a_second_test_set_and_the_condition_sit_beside_each_ordering():
     from vocabridge.report import DIFFER, LIU_TABLE_2, RowCondition, condition_text, ordering_verdicts, verdict_text
     from vocabridge.significance import Comparison
