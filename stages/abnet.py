@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
                                      *(sha256_file(paths.PLMS / code / "model.safetensors")
                                        for code in (lang.src, lang.tgt)))
         state, summary = fit_abnet(model, source_tokenizer, target_tokenizer, corpus, lang, cfg.train,
-                                   paths.CHECKPOINTS / "abnet" / name, fingerprint, f"abnet {name}", cfg.decoding,
+                                   paths.CHECKPOINTS / "abnet" / name, fingerprint, f"abnet {name}", cfg.dev_decoding,
                                    cfg.length_weight)
     save_abnet(model, paths.upstream(name), source_tokenizer, target_tokenizer)
     write_logs(state, plots)

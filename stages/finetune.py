@@ -67,7 +67,7 @@ def main(argv: list[str]) -> None:
         keep = Keep(read_old_rows(init), bool(knobs.freeze_old_rows), knobs.new_rows_first or 0)
     fingerprint = fingerprint_of("finetune", cell.name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
                                  sha256_file(weights), *([row] if row else []), *backtranslated,
-                                 *([asdict(params.abnet.decoding), params.abnet.length_weight] if abnet else []))
+                                 *([asdict(params.abnet.dev_decoding), params.abnet.length_weight] if abnet else []))
     key, pairs = ((f"rows.{name}.train_pairs", knobs.train_pairs) if knobs.train_pairs is not None
                   else ("finetune.train_pairs", params.finetune.train_pairs))
     with tempfile.TemporaryDirectory(prefix="vocabridge-pairs-") as tmp:
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
         checkpoints = cells.per_cell(paths.CHECKPOINTS / "finetune", cell)
         if abnet:
             state, summary = fit_abnet(model, src, tgt, corpus, lang, cfg, checkpoints, fingerprint,
-                                       f"finetune {cell.name}", params.abnet.decoding, params.abnet.length_weight)
+                                       f"finetune {cell.name}", params.abnet.dev_decoding, params.abnet.length_weight)
         else:
             state, summary = fit(model, src, tgt, corpus, lang, cfg, checkpoints, fingerprint, f"finetune {cell.name}",
                                  keep=keep)

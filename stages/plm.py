@@ -65,12 +65,16 @@ def main(argv: list[str]) -> None:
     trainer = MlmTrainer(model, tokenizer, ids, encode_sentences(tokenizer, held_out, cfg.train.max_len), cfg.train,
                          checkpoints, fingerprint, f"plm {code}", device)
     state = trainer.train()
+    if cfg.train.patience:
+        trainer.load_best()  # the most accurate update, not the last
     save_bert(model, tokenizer, out)
     write_curve(state.curve, curve)
-    last = state.curve[-1]
-    summary = {"updates": state.step, "train_sentences": len(ids), "vocab_size": len(tokenizer),
-               "held_out_sentences": len(trainer.held_out), "held_out_loss": last["held_out_loss"],
-               "held_out_accuracy": last["held_out_accuracy"], "train_seconds": round(state.seconds, 1),
+    kept = next(row for row in state.curve if row["step"] == state.best_step) if cfg.train.patience \
+        else state.curve[-1]
+    summary = {"updates": state.step, "best_update": kept["step"], "stopped": state.stopped or "max_updates",
+               "train_sentences": len(ids), "vocab_size": len(tokenizer),
+               "held_out_sentences": len(trainer.held_out), "held_out_loss": kept["held_out_loss"],
+               "held_out_accuracy": kept["held_out_accuracy"], "train_seconds": round(state.seconds, 1),
                "parameters": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
                "device": str(device)}
     write_json(metrics, summary)

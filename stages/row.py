@@ -37,7 +37,9 @@ def condition(params, knobs, family: str) -> dict:
     name = knobs.upstream
     if family == "abnet":
         entry = params.abnets[name]
-        init = f"abnet: {'pretrained BERTs' if entry.plms else 'random'}" + (
+        berts = {True: "pretrained BERTs", False: "random", "encoder": "pretrained source BERT, random target",
+                 "decoder": "random source, pretrained target BERT"}[entry.plms]
+        init = f"abnet: {berts}" + (
             "" if entry.upstream else ", no upstream training")
         recipe = asdict(entry)
     else:

@@ -162,7 +162,9 @@ def test_a_sponsored_model_sets_its_own_terms_over_abnet_sponsored():
                              r"params.abnets.x.sponsored.distill: expected"),
                             ({"decoder": "coordinator", "sponsored": {"target_lm": 1.5}},
                              r"abnets.x.sponsored.target_lm: a fraction in \[0, 1\)"),
-                            ({"sponsored": {"mlm": 0}}, r"abnets.x.sponsored: only for `decoder: coordinator`")):
+                            ({"sponsored": {"mlm": 0}}, r"abnets.x.sponsored: only for `decoder: coordinator`"),
+                            ({"plms": "encoder"}, r"abnets.x.plms: encoder \(a BERT on one side only\) is for "),
+                            ({"decoder": "coordinator", "plms": "both"}, r"params.abnets.x.plms: expected")):
         with pytest.raises(ConfigError, match=expected):
             validate(parse(Params, data | {"abnets": {"x": entry}}, "params"))
 

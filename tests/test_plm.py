@@ -53,6 +53,14 @@ def test_the_plm_tokenizer_frames_with_cls_sep_and_gives_the_text_back(tokenizer
     assert tokenizer.decode(ids, skip_special_tokens=True) == "Und Gott sah die Erde."
 
 
+def test_the_plm_tokenizer_is_the_same_on_every_run(tokenizer, tmp_path):
+    """The same text gives the same pieces, scores and ids (a retrained BERT pairs with the first one's cells)."""
+    again = train_plm_tokenizer(GERMAN, 60, tmp_path)
+    assert again.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()
+    assert len(again) <= 60 and again.convert_ids_to_tokens(list(range(5))) == [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
 def test_a_directory_that_is_not_a_bert_is_a_one_line_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "marian"}))
     with pytest.raises(InputError, match="model_type is 'marian', expected 'bert'"):
@@ -63,10 +71,10 @@ def test_a_directory_that_is_not_a_bert_is_a_one_line_error(tmp_path):
         check_bert_dir(tmp_path)
 
 
-def mlm_run(tokenizer, ckpt, updates: int, lr: float = 1e-3) -> MlmTrainer:
+def mlm_run(tokenizer, ckpt, updates: int, lr: float = 1e-3, patience: int = 0) -> MlmTrainer:
     ids = encode_sentences(tokenizer, GERMAN, 40)
     cfg = MlmTraining(max_updates=updates, batch_sentences=8, lr=lr, warmup=2, eval_every=3,
-                      checkpoint_every=3, held_out_sentences=6)
+                      checkpoint_every=3, held_out_sentences=6, patience=patience)
     trainer = MlmTrainer(build_bert(TINY, tokenizer, seed=1), tokenizer, ids, ids[:6], cfg, ckpt, {"run": 1}, "t")
     trainer.train()
     return trainer
@@ -87,6 +95,17 @@ def test_masked_lm_pretraining_learns(tokenizer, tmp_path):
     trainer = mlm_run(tokenizer, tmp_path, 60, lr=1e-2)
     first, last = trainer.state.curve[0], trainer.state.curve[-1]
     assert last["held_out_loss"] < first["held_out_loss"] - 1.0
+
+
+def test_masked_lm_pretraining_stops_when_the_held_out_accuracy_stops_rising(tokenizer, tmp_path):
+    flat = mlm_run(tokenizer, tmp_path / "flat", 30, lr=0.0, patience=2)  # nothing learns: every evaluation ties
+    assert flat.state.step == 6 and flat.state.stopped.startswith("early stop: no held-out accuracy gain")
+    rising = mlm_run(tokenizer, tmp_path / "rising", 60, lr=1e-2, patience=100)
+    accuracies = [row["held_out_accuracy"] for row in rising.state.curve]
+    best = max(accuracies)
+    assert rising.state.best_step == max(r["step"] for r in rising.state.curve if r["held_out_accuracy"] == best)
+    rising.load_best()
+    assert rising.evaluate()[1] == best  # the most accurate update is the BERT, not the last
 
 
 def tiny_abnet(tokenizer, freeze: bool = True, seed: int = 1) -> ABNet:

@@ -315,3 +315,25 @@ def test_decoding_one_piece_a_step_gives_the_logits_of_the_whole_prefix(tokenize
         expected, _, _ = model(src["input_ids"][parent : parent + 1], src["attention_mask"][parent : parent + 1], ids,
                                torch.ones_like(ids))
         assert torch.allclose(after[row], expected[0, -1], atol=1e-4)
+
+
+@pytest.mark.parametrize("plms", ["encoder", "decoder"])
+def test_a_bert_on_one_side_only_keeps_that_sides_weights_and_draws_the_other(tokenizer, tmp_path, plms):
+    from vocabridge.config import AbnetAdapters
+    from vocabridge.plm.abnet import new_abnet
+    from vocabridge.plm.bert import save_bert
+
+    for side, seed in (("de", 1), ("en", 2)):
+        save_bert(build_bert(TINY, tokenizer, seed), tokenizer, tmp_path / side)
+    settings = Sponsored(coordinator_layers=2, coordinator_ffn=64, dropout=0.0)
+    adapters = AbnetAdapters(encoder_inner=16, decoder_ffn=32, max_target_len=30)
+    model, _, _ = new_abnet(tmp_path / "de", tmp_path / "en", adapters, plms, 7, "coordinator", settings)
+    saved = {side: build_bert(TINY, tokenizer, seed).state_dict() for side, seed in (("de", 1), ("en", 2))}
+
+    def same(bert, side) -> bool:
+        return all(torch.equal(v, saved[side][k]) for k, v in bert.state_dict().items())
+
+    assert same(model.source_bert, "de") == (plms == "encoder")
+    assert same(model.target_bert, "en") == (plms == "decoder")
+    assert (model.teacher is not None) == (plms == "encoder")  # the teacher is the source PLM: none without it
+    assert all(p.requires_grad for p in model.source_bert.parameters())  # the sponsored model trains both sides

@@ -349,6 +349,8 @@ class MlmTraining:
     mask_prob: float = 0.15  # of the pieces: 80% [MASK], 10% a random piece, 10% kept (BERT's recipe)
     eval_every: int = 250
     held_out_sentences: int = 500  # the learning curve's held-out text: the downstream dev text of the language
+    patience: int = 0  # evaluations without a higher held-out masked-piece accuracy before stopping, and the most
+    #                    accurate checkpoint is the BERT; 0: never stop early, the last update is the BERT
     checkpoint_every: int = 250
     log_every: int = 50
     seed: int = 1
@@ -389,8 +391,9 @@ class MaskPredict:
 class AbnetModel:
     """One AB-Net trained on the upstream corpus (abnet@NAME), which rows fine-tune like an upstream model."""
 
-    plms: bool = True  # false: the Mask-Predict baseline without BERT: the same layers from random weights, all
-    #                    of them trained
+    plms: bool | Literal["encoder", "decoder"] = True  # false: the Mask-Predict baseline without BERT: the same
+    #     layers from random weights, all of them trained; encoder / decoder (decoder: coordinator only): the BERT on
+    #     that side only, the other from random weights (Duan & Zhao's Table 4: "No PLM (Decoder)" is `encoder`)
     upstream: bool = True  # false: no upstream training; rows learn from the downstream data alone
     decoder: Literal["mask-predict", "autoregressive", "coordinator"] = "mask-predict"  # autoregressive:
     #     AB-Net-Enc (the adapted source BERT and a Transformer decoder from scratch with the target BERT's sizes
@@ -425,6 +428,9 @@ class AbnetParams:
     adapters: AbnetAdapters = field(default_factory=AbnetAdapters)
     length_weight: float = 1.0  # the length loss is added to the masked-piece loss (the paper)
     decoding: MaskPredict = field(default_factory=MaskPredict)
+    dev_decoding: MaskPredict = field(default_factory=MaskPredict)  # Mask-Predict for the dev BLEU while training
+    #     (the learning curve; the checkpoint where select_by is bleu): fewer lengths and iterations than `decoding`
+    #     cut what was most of an AB-Net fine-tune on a CPU; the test set is always decoded with `decoding`
     sponsored: Sponsored = field(default_factory=Sponsored)  # abnets.NAME.decoder: coordinator
     train: Training = field(default_factory=lambda: Training(max_updates=10000, warmup=1000, eval_every=1000,
                                                              batch_tokens=4000, lr=5e-4, select_by="loss"))
@@ -608,6 +614,9 @@ def validate(params: Params) -> Params:
         if missing:
             raise ConfigError(f"params.yaml: abnets.{name}: needs a BERT per language; add plms.{missing[0]} "
                               f"(`{{}}` trains the pipeline's own)")
+        if spec.plms in ("encoder", "decoder") and spec.decoder != "coordinator":
+            raise ConfigError(f"params.yaml: abnets.{name}.plms: {spec.plms} (a BERT on one side only) is for "
+                              f"`decoder: coordinator`; this model's decoder: {spec.decoder}")
         if spec.sponsored and spec.decoder != "coordinator":
             raise ConfigError(f"params.yaml: abnets.{name}.sponsored: only for `decoder: coordinator` (this model's "
                               f"decoder: {spec.decoder})")

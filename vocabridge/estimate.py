@@ -195,9 +195,9 @@ def abnet_kind(spec: AbnetModel | None) -> str:
 def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
                spec: AbnetModel) -> tuple[float, float, float]:
     """Seconds per AB-Net training update (abnet.train's batch; BERTs frozen when `spec.plms`) and per sentence of
-    its dev decoding (Mask-Predict, abnet.decoding; AB-Net-Enc and PLM-sponsored: greedy) and test decoding
-    (AB-Net-Enc and PLM-sponsored: beam search, evaluate.beam), on random BERTs of plm.arch's size, at
-    `threads`."""
+    its dev decoding (Mask-Predict with abnet.dev_decoding; AB-Net-Enc and PLM-sponsored: greedy) and test decoding
+    (abnet.decoding; AB-Net-Enc and PLM-sponsored: beam search, evaluate.beam), on random BERTs of plm.arch's
+    size, at `threads`."""
     from transformers import BertConfig, BertForMaskedLM
 
     from vocabridge.plm.abnet import beam_search, build_abnet, family_for, mask_predict, mask_targets, model_kind
@@ -219,12 +219,13 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
                                    max_target_len=min(params.abnet.adapters.max_target_len, arch.max_positions - 2))
     settings = params.abnet.sponsored
     sponsoring = family_for(spec.decoder).kind == "plm-nmt"
-    teacher = BertForMaskedLM(config) if sponsoring and pretrained and settings.distill else None
+    teacher = BertForMaskedLM(config) if sponsoring and pretrained in (True, "encoder") and settings.distill else None
     special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
-    model = build_abnet(*berts, adapters, pretrained, spec.decoder, settings, teacher, special).to(device).train()
+    model = build_abnet(*berts, adapters, pretrained is True, spec.decoder, settings, teacher, special)
+    model = model.to(device).train()
     kind = model_kind(model)
     trainer = TRAINERS[kind](model, None, None, None, ([], []), params.abnet.train, UNUSED_CHECKPOINTS, {},
-                             "estimate", params.abnet.decoding, params.abnet.length_weight)
+                             "estimate", params.abnet.dev_decoding, params.abnet.length_weight)
     length = max(3, min(pieces + 2, arch.max_positions))
     rows = max(1, int(BUDGET_FILL * params.abnet.train.batch_tokens) // length)
     gen = torch.Generator().manual_seed(0)
@@ -264,14 +265,19 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
             searched.append((time.perf_counter() - started) / len(sentences))
         return per_update, searched[0], searched[1]
     mask_predict(model, sentences, keep[: len(sentences)], special, decoding.length_candidates, 1)  # warm-up
-    _sync(device)
-    started = time.perf_counter()
-    # random weights stop early; a trained model runs about half of its iterations (T/2)
-    mask_predict(model, sentences, keep[: len(sentences)], special, decoding.length_candidates,
-                 max(1, decoding.iterations // 2))
-    _sync(device)
-    per_sentence = (time.perf_counter() - started) / len(sentences)
-    return per_update, per_sentence, per_sentence
+
+    def per_sentence(how) -> float:
+        _sync(device)
+        started = time.perf_counter()
+        # random weights stop early; a trained model runs about half of its iterations (T/2)
+        mask_predict(model, sentences, keep[: len(sentences)], special, how.length_candidates,
+                     max(1, how.iterations // 2))
+        _sync(device)
+        return (time.perf_counter() - started) / len(sentences)
+
+    test = per_sentence(decoding)
+    dev = test if params.abnet.dev_decoding == decoding else per_sentence(params.abnet.dev_decoding)
+    return per_update, dev, test
 
 
 def time_beside(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, twins: int) -> float:

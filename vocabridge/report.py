@@ -178,7 +178,7 @@ LIU_TABLE_2 = PaperTable(
      ("avg-eg", "ft-tgtv-random-dec"), ("att-eg", "avg-eg"), ("patt-eg", "att-eg"), ("patt-eg-kd", "patt-eg"),
      ("patt-eg-kd", "ft-tgtv-random-dec"), ("joint-vocab", "ft-tgtv"), ("in-domain", "ft-srcv")))
 # Duan & Zhao's training objectives (Eq. 9): each ablation is an abnets entry with its own `sponsored` keys and a row
-# of the same name (profiles/plm-sponsored.yaml); De-En, the pipeline's default direction
+# of the same name (profiles/plm.yaml); De-En, the pipeline's default direction
 DUAN_TABLE_3 = PaperTable(
     "duan2023_table3", "published: Duan & Zhao 2023, Table 3, IWSLT14 De-En, PLM-sponsored model's losses",
     (("Our Model", "plm-nmt", 37.5), ("-L_MLM", "plm-nmt-no-mlm", 36.8), ("-L_T", "plm-nmt-no-lt", 36.7),
@@ -187,7 +187,22 @@ DUAN_TABLE_3 = PaperTable(
     (("plm-nmt", "plm-nmt-no-mlm"), ("plm-nmt", "plm-nmt-no-lt"), ("plm-nmt", "plm-nmt-no-kd"),
      ("plm-nmt-no-kd", "plm-nmt-no-mlm"), ("plm-nmt-no-mlm-kd", "plm-nmt-nmt-only"),
      ("plm-nmt", "plm-nmt-full-kd")))
-PAPER_TABLES = (SATO_TABLE_3, SATO_TABLE_5, LIU_TABLE_2, DUAN_TABLE_3)
+# Table 4: the PLM removed from one side (abnets.NAME.plms: decoder keeps the target BERT only, "No PLM (Encoder)"),
+# from both, and TF-base, a Transformer trained on the task's data alone: our in-domain
+DUAN_TABLE_4 = PaperTable(
+    "duan2023_table4", "published: Duan & Zhao 2023, Table 4, IWSLT14 De-En, PLMs removed",
+    (("Our Model", "plm-nmt", 37.5), ("No PLM (Encoder)", "plm-nmt-no-plm-enc", 35.0),
+     ("No PLM (Decoder)", "plm-nmt-no-plm-dec", 36.5), ("No PLM", "plm-nmt-no-plm", 34.7),
+     ("TF-base", "in-domain", 34.1)),
+    (("plm-nmt", "plm-nmt-no-plm-enc"), ("plm-nmt", "plm-nmt-no-plm-dec"), ("plm-nmt-no-plm-dec", "plm-nmt-no-plm-enc"),
+     ("plm-nmt-no-plm-enc", "plm-nmt-no-plm"), ("plm-nmt", "in-domain")))
+# Table 5: the decoder on the PLM's own embeddings (our plm-nmt: its BERT's vocabulary) against the NMT vocabulary's
+# rows made from them by FWET (plm-nmt-fwet: the downstream target vocabulary, rows by Algorithm 1)
+DUAN_TABLE_5 = PaperTable(
+    "duan2023_table5", "published: Duan & Zhao 2023, Table 5, IWSLT14 De-En, embedding transformation",
+    (("PLM Embedding", "plm-nmt", 37.0), ("+FWET", "plm-nmt-fwet", 37.5)),
+    (("plm-nmt-fwet", "plm-nmt"),))
+PAPER_TABLES = (SATO_TABLE_3, SATO_TABLE_5, LIU_TABLE_2, DUAN_TABLE_3, DUAN_TABLE_4, DUAN_TABLE_5)
 
 # The published rows beside ours in the main table, named as ours.
 PUBLISHED = pd.DataFrame([(ours, bleu, paper.source) for paper in PAPER_TABLES for _, ours, bleu in paper.rows],

@@ -440,23 +440,27 @@ def build_abnet(source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, adap
     return ABNet(source_bert, target_bert, adapters, freeze_bert=pretrained)
 
 
-def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool, seed: int,
+def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool | str, seed: int,
               decoder: str = "mask-predict", sponsored=None):
     """An untrained model of family `decoder` (build_abnet) on the BERT directories (model, source tokenizer,
     target tokenizer). `pretrained` false: the same layers re-initialised at random and all of them trained (the
-    Mask-Predict baseline). The PLM-sponsored model's teacher is a frozen copy of the source BERT."""
+    Mask-Predict baseline); "encoder" / "decoder": only that side's BERT keeps its weights (Duan & Zhao's Table
+    4). The PLM-sponsored model's teacher is a frozen copy of the source BERT, where the source BERT is one."""
     from vocabridge.plm.bert import load_bert
 
     source_bert, source_tokenizer = load_bert(source_dir)
     target_bert, target_tokenizer = load_bert(target_dir)
     torch.manual_seed(seed)
-    if not pretrained:
-        source_bert, target_bert = (type(b)(b.config) for b in (source_bert, target_bert))
-        for bert in (source_bert, target_bert):
-            bert.set_attn_implementation("eager")
+    keep_source, keep_target = pretrained in (True, "encoder"), pretrained in (True, "decoder")
+    if not keep_source:
+        source_bert = type(source_bert)(source_bert.config)
+        source_bert.set_attn_implementation("eager")
+    if not keep_target:
+        target_bert = type(target_bert)(target_bert.config)
+        target_bert.set_attn_implementation("eager")
     sponsoring = family_for(decoder).kind == "plm-nmt"
-    teacher = load_bert(source_dir)[0] if sponsoring and pretrained and sponsored.distill else None
+    teacher = load_bert(source_dir)[0] if sponsoring and keep_source and sponsored.distill else None
     special = {"cls": target_tokenizer.cls_token_id, "sep": target_tokenizer.sep_token_id,
                "pad": target_tokenizer.pad_token_id}
-    model = build_abnet(source_bert, target_bert, adapters, pretrained, decoder, sponsored, teacher, special)
+    model = build_abnet(source_bert, target_bert, adapters, pretrained is True, decoder, sponsored, teacher, special)
     return model, source_tokenizer, target_tokenizer

@@ -32,17 +32,21 @@ SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def train_plm_tokenizer(texts: list[str], vocab_size: int, out: Path) -> PreTrainedTokenizerFast:
-    """A SentencePiece-style unigram vocabulary of `vocab_size` pieces fitted to `texts` (Hugging Face
-    `tokenizers`; Metaspace pre-tokenisation, so decoding gives back the text exactly and BLEU is scored on the same
-    detokenisation as the NMT rows'), with BERT's special tokens and [CLS] ... [SEP] framing; saved to `out`."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    """A unigram vocabulary of `vocab_size` pieces (BERT's five special tokens included) fitted to `texts` by
+    SentencePiece, as the NMT vocabularies (the same text gives the same pieces, scores and ids on every run; the
+    `tokenizers` unigram trainer does not), as a BERT tokenizer: Metaspace pieces, so decoding gives back the text
+    and BLEU is scored on the same detokenisation as the NMT rows', [CLS] ... [SEP] framing; saved to `out`."""
+    import tempfile
 
-    unigram = Tokenizer(models.Unigram())
-    unigram.normalizer = normalizers.NFKC()
-    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
-    unigram.train_from_iterator(texts, trainers.UnigramTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token="[UNK]", show_progress=False))
-    return _as_bert_tokenizer(unigram, out)
+    from vocabridge.config import SpmModel
+    from vocabridge.tokenizers import SPECIAL, train_spm
+
+    controls = sum(1 for key in ("unk_id", "bos_id", "eos_id", "pad_id") if SPECIAL[key] >= 0)
+    cfg = SpmModel(vocab_size=vocab_size - len(SPECIAL_TOKENS) + controls, hard_vocab_limit=False)
+    model = train_spm(texts, cfg, seed=1, threads=1, name=f"{out}: the BERT's vocabulary")
+    with tempfile.TemporaryDirectory(prefix="vocabridge-plm-spm-") as tmp:
+        (Path(tmp) / "unigram.model").write_bytes(model)
+        return bert_tokenizer_from_spm(Path(tmp) / "unigram.model", out)
 
 
 def bert_tokenizer_from_spm(model_file: Path, out: Path | None = None) -> PreTrainedTokenizerFast:
@@ -136,6 +140,7 @@ def load_bert(path: Path) -> tuple[BertForMaskedLM, PreTrainedTokenizerBase]:
 @dataclass
 class MlmState(LoopState):
     curve: list[dict] = field(default_factory=list)  # step, train_loss, held_out_loss, held_out_accuracy
+    best_accuracy: float = -1.0  # the best held-out accuracy so far (cfg.patience > 0 selects by it)
 
 
 def encode_sentences(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_len: int) -> list[list[int]]:
@@ -150,9 +155,11 @@ def _batches(n: int, size: int, seed: int, epoch: int) -> list[list[int]]:
 
 
 class MlmTrainer(TrainLoop):
-    """Masked-LM pretraining with a held-out learning curve (the one training loop's masked-LM family)."""
+    """Masked-LM pretraining with a held-out learning curve (the one training loop's masked-LM family); with
+    `patience`, trained until the held-out masked-piece accuracy stops rising, the most accurate update kept."""
 
     State = MlmState
+    selection = "held-out accuracy"
 
     def __init__(self, model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBase | None, train: list[list[int]],
                  held_out: list[list[int]], cfg: MlmTraining, ckpt_dir: Path, fingerprint: dict, name: str,
@@ -168,7 +175,8 @@ class MlmTrainer(TrainLoop):
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1))))
         super().__init__(model, optimizer, scheduler, Cadence(cfg.max_updates, cfg.log_every, cfg.checkpoint_every,
-                                                              cfg.eval_every, clip_norm=1.0, seed=cfg.seed),
+                                                              cfg.eval_every, cfg.patience, clip_norm=1.0,
+                                                              seed=cfg.seed),
                          ckpt_dir, fingerprint, name, device)
         self._since_eval: list[float] = []
         self._collator = None
@@ -230,7 +238,13 @@ class MlmTrainer(TrainLoop):
                                  "train_loss": round(sum(window) / len(window), 4) if window else None,
                                  "held_out_loss": held_loss, "held_out_accuracy": accuracy})
         self._bar_figures = {"loss": held_loss, "acc": accuracy}
-        return None
+        return accuracy if self.cfg.patience else None
+
+    def improved(self) -> None:
+        self.state.best_accuracy = self.state.curve[-1]["held_out_accuracy"]
+
+    def best_score(self) -> float:
+        return self.state.best_accuracy
 
     def postfix(self, row: dict) -> dict:
         return self._bar_figures or {"loss": row["loss"]}
