@@ -705,9 +705,11 @@ def test_the_ledger_takes_a_finished_run_and_refuses_a_stale_one(tiny_copy):
 
 PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc": {"decoder": "autoregressive"},
                        "plm-nmt": {"decoder": "coordinator"},
-                       "plm-nmt-no-mlm": {"decoder": "coordinator", "upstream": False, "sponsored": {"mlm": 0}}},
+                       "plm-nmt-no-mlm": {"decoder": "coordinator", "upstream": False, "sponsored": {"mlm": 0}},
+                       "plm-nmt-no-plm-enc": {"decoder": "coordinator", "upstream": False, "plms": "decoder"}},
             "rows": {"abnet": {}, "mask-predict": {}, "abnet-enc": {}, "plm-nmt": {},
                      "plm-nmt-no-mlm": {"method": "plm-nmt", "upstream": "plm-nmt-no-mlm"},
+                     "plm-nmt-no-plm-enc": {"method": "plm-nmt", "upstream": "plm-nmt-no-plm-enc"},
                      "plm-nmt-fwet": {"method": "plm-nmt", "target_vocabulary": "fwet"}},
             "evaluate": {"latency_sentences": 8},
             "abnet": {"adapters": {"encoder_inner": 32, "decoder_ffn": 64, "max_target_len": 62},
@@ -778,6 +780,14 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
         assert meta["sponsored"]["mlm"] == mlm and meta["sponsored"]["coordinator_layers"] == 1
     assert json.loads((tiny_copy / "data/metrics/abnet/plm-nmt-no-mlm.json").read_text())["updates"] == 0
     assert ours.loc["plm-nmt-no-mlm", "bleu"] >= 0
+    # Duan & Zhao's Table 4: the PLM on the decoder side only, the source BERT from random weights, so no teacher
+    start = load_file(tiny_copy / "data/models/upstream/plm-nmt-no-plm-enc/source/model.safetensors")
+    source_plm = load_file(tiny_copy / f"data/models/plm/{params['lang']['src']}/model.safetensors")
+    assert not all(start[k].equal(source_plm[k]) for k in source_plm)
+    start_target = load_file(tiny_copy / "data/models/upstream/plm-nmt-no-plm-enc/target/model.safetensors")
+    assert all(start_target[k].equal(plm[k]) for k in plm)
+    assert not (cell(tiny_copy, "models/finetuned", "plm-nmt-no-plm-enc") / "teacher").exists()
+    assert ours.loc["plm-nmt-no-plm-enc", "bleu"] >= 0
     # Duan & Zhao's FWET gives the PLM decoder the downstream target vocabulary
     fwet = json.loads(cell(tiny_copy, "diagnostics", "plm-nmt-fwet", suffix=".json").read_text())
     assert fwet["decoder"]["initializer"] == "fwet" and fwet["decoder"]["rows"]["projected"] > 0
