@@ -200,7 +200,15 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     size, at `threads`."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from vocabridge.plm.abnet import beam_search, build_abnet, family_for, mask_predict, mask_targets, model_kind
+    from vocabridge.plm.abnet import (
+        beam_search,
+        build_abnet,
+        family_for,
+        mask_predict,
+        mask_targets,
+        model_kind,
+        plm_sides,
+    )
     from vocabridge.plm.sponsored import auxiliary_labels
     from vocabridge.plm.sponsored import beam_search as sponsored_beam_search
     from vocabridge.plm.train import TRAINERS
@@ -219,7 +227,7 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
                                    max_target_len=min(params.abnet.adapters.max_target_len, arch.max_positions - 2))
     settings = params.abnet.sponsored
     sponsoring = family_for(spec.decoder).kind == "plm-nmt"
-    teacher = BertForMaskedLM(config) if sponsoring and pretrained in (True, "encoder") and settings.distill else None
+    teacher = BertForMaskedLM(config) if sponsoring and plm_sides(pretrained)[0] and settings.distill else None
     special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
     model = build_abnet(*berts, adapters, pretrained is True, spec.decoder, settings, teacher, special)
     model = model.to(device).train()

@@ -440,6 +440,12 @@ def build_abnet(source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, adap
     return ABNet(source_bert, target_bert, adapters, freeze_bert=pretrained)
 
 
+def plm_sides(plms: bool | str) -> tuple[bool, bool]:
+    """Which BERTs keep their pretrained weights (source, target) for `abnets.NAME.plms`: true both, false neither,
+    "encoder" / "decoder" that side only."""
+    return plms in (True, "encoder"), plms in (True, "decoder")
+
+
 def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool | str, seed: int,
               decoder: str = "mask-predict", sponsored=None):
     """An untrained model of family `decoder` (build_abnet) on the BERT directories (model, source tokenizer,
@@ -451,7 +457,7 @@ def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretr
     source_bert, source_tokenizer = load_bert(source_dir)
     target_bert, target_tokenizer = load_bert(target_dir)
     torch.manual_seed(seed)
-    keep_source, keep_target = pretrained in (True, "encoder"), pretrained in (True, "decoder")
+    keep_source, keep_target = plm_sides(pretrained)
     if not keep_source:
         source_bert = type(source_bert)(source_bert.config)
         source_bert.set_attn_implementation("eager")
