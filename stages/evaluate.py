@@ -15,47 +15,27 @@ Significance is computed by the report stage, which sees every cell's hypotheses
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 from stages import _cells as cells
 from stages import _paths as paths
 from vocabridge.corpora.user import read_text_lines
+from vocabridge.decoding import RowDecoder
 from vocabridge.entry import run
 from vocabridge.evaluate import heldout_verses, score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.grid import VERSION, Cell, code_commit, condition_digest, machine, text_digest
-from vocabridge.nmt.precision import Precision
 from vocabridge.nmt.train import threads_of, use_compute
-from vocabridge.nmt.translate import ModelTranslator
-from vocabridge.plm.abnet import family_of, load_abnet
-from vocabridge.plm.train import translate_abnet
 
 
 def main(argv: list[str]) -> None:
     cell, params = cells.cell_stage_args(__doc__, argv)
     cfg, lang, method = params.evaluate, params.lang, cell.row
-    model_dir = cells.finetuned(cell)
     device = use_compute(params.compute)
-    abnet = (model_dir / "abnet.json").is_file()  # an AB-Net row: Mask-Predict or AB-Net-Enc's search
-    decoder = cfg.decoder
-    if abnet:
-        model, src, tgt = load_abnet(model_dir, device)
-        precision = Precision(False, "AB-Net decodes in fp32")
-        decoder = family_of(model).decoding
-    else:
-        translator = ModelTranslator(model_dir, cfg.decoder, device, cfg.bf16,
-                                     threads_of(params.compute.threads))
-        src, tgt, precision = translator.src, translator.tgt, translator.precision
+    decode = RowDecoder(cells.finetuned(cell), cfg, params.abnet.decoding, device, threads_of(params.compute.threads))
+    abnet, decoder, src, tgt, precision = decode.abnet, decode.name, decode.src, decode.tgt, decode.precision
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
-
-    def decode(lines: list[str], one_at_a_time: bool = False) -> tuple[list[str], dict]:
-        if abnet:
-            decoding = replace(params.abnet.decoding, batch_sentences=1) if one_at_a_time else params.abnet.decoding
-            return translate_abnet(model, src, tgt, lines, decoding, beam=cfg.beam, length_penalty=cfg.length_penalty)
-        batch_tokens = 1 if one_at_a_time else cfg.batch_tokens  # a batch holds at least one sentence
-        return translator(lines, beam=cfg.beam, length_penalty=cfg.length_penalty, batch_tokens=batch_tokens)
-
     hyps, speed = decode(sources)
     if cfg.latency_sentences:
         _, single = decode(sources[: cfg.latency_sentences], one_at_a_time=True)

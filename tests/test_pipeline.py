@@ -799,3 +799,13 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     assert ours.loc["plm-nmt-fwet", "bleu"] >= 0
     enc_tuning = json.loads(cell(tiny_copy, "metrics/finetune", "abnet-enc", suffix=".json").read_text())
     assert frozen["trainable_parameters"] < enc_tuning["trainable_parameters"] < enc_tuning["parameters"]
+    # Guo et al.'s speed claim by hand: one script decodes every family with the evaluate stage's code, in turns
+    proc = run(["python", str(ROOT / "benchmarks/mask_predict_latency.py"), "--workspace", str(tiny_copy), "--rows",
+                "ft-srcv,mask-predict,abnet,abnet-enc", "--sentences", "4", "--batched", "8", "--repeat", "1"],
+               tiny_copy)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    speeds = {line.split()[0]: line.split()[-6:] for line in proc.stdout.splitlines()[2:6]}
+    assert set(speeds) == {"ft-srcv", "mask-predict", "abnet", "abnet-enc"}
+    assert all(float(ms) > 0 and float(per_s) > 0 for ms, per_s, *_ in speeds.values())
+    assert speeds["ft-srcv"][-2:] == ["1.00x", "1.00x"] and speeds["ft-srcv"][3] == "-"  # the reference row
+    assert 1 <= float(speeds["mask-predict"][3]) <= 10  # Mask-Predict's iterations
