@@ -12,15 +12,18 @@ measured on the default profile (a few minutes in all), scaled by the sizes in p
 
 from __future__ import annotations
 
+import json
 import shutil
+import statistics
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 
 from flows.dag import ROW_GROUP, Dag, load_dag
 from flows.pipeline import cores as machine_cores
 from flows.pipeline import share_cores
-from vocabridge.config import Params, apply_profile, parse, read_yaml, validate
+from vocabridge.config import Params, Training, apply_profile, parse, read_yaml, validate
 from vocabridge.errors import ConfigError
 from vocabridge.estimate import (
     LATENCY_COST,
@@ -51,6 +54,8 @@ class Estimate:
     cores: int
     jobs: int
     cells: list[Cell] = field(default_factory=list)  # the grid's cells among the stages priced
+    from_cells: dict[str, tuple[int, int]] = field(default_factory=dict)  # row -> (updates, cells): fine-tunes
+    #                                                                         priced from committed cells
 
     @property
     def grid(self) -> str:
@@ -136,8 +141,9 @@ def estimate_dag(dag: Dag, params: Params, workspace: Path, jobs: int = 0, fresh
     machine = cached_measure(params, cores, fresh=fresh, progress=progress)
     seconds = {name: {t: stage_seconds(name, params, machine, t, workspace) for t in range(1, cores + 1)}
                for name in dag.order}
+    grid = list(dict.fromkeys(dag.cells().values()))
     return Estimate(machine, {n: seconds[n][cores] for n in dag.order}, simulate_flow(dag, seconds, cores, jobs),
-                    cores, jobs, list(dict.fromkeys(dag.cells().values())))
+                    cores, jobs, grid, priced_from_cells(workspace, params, grid))
 
 
 def stage_seconds(stage: str, params: Params, machine: Machine, threads: int, root: Path = Path(".")) -> float:
@@ -171,7 +177,7 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
     mono = bible.mono_size or 40000  # all of the Bible's other translations: about 40k lines per language
     size = (bible.train_size or 30000) + mono  # CBOW and SentencePiece text, against 10k + 40k in the default
     if group in CELL_GROUPS:
-        return _cell_stage(group, _cell_row(stage, item, params), params, machine, threads, corpora, start, down_dev)
+        return _cell_stage(group, _cell_row(stage, item, params), params, machine, threads, root, start, down_dev)
     if group == "prepare":
         if item == "upstream":
             debian = params.prepare.upstream.debian
@@ -230,9 +236,10 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
                       f"flows/estimate.py)")
 
 
-def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads: int, corpora: Path, start: float,
+def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads: int, root: Path, start: float,
                 down_dev: int) -> float:
     """One cell's transfer, finetune or evaluate, priced by its row's method."""
+    corpora = root / "data" / "corpora"
     method = get_method(row, params.rows)
     test = count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
     up_test = count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)
@@ -246,7 +253,7 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
         if group == "transfer":
             return start + 8 + params.diagnostics.dev_sentences * at(machine.greedy[kind], threads)
         if group == "finetune":
-            cfg = params.abnet.finetune
+            cfg = expected_budget(root, row, params, params.abnet.finetune)
             return start + 5 + abnet_training_seconds(machine, kind, cfg, cfg.threads or threads, down_dev)
         return start + 4 + (test + upstream + latency) * at(machine.greedy.get(f"{kind}-test", machine.greedy[kind]),
                                                            threads)
@@ -256,9 +263,55 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
         if not method.finetune:
             return start + 1
         kind = "finetune-upstream" if method.vocabulary == "upstream" else "finetune-downstream"
-        cfg = params.finetune.train
+        cfg = expected_budget(root, row, params, params.finetune.train)
         return start + 5 + training_seconds(machine, kind, "downstream", cfg, cfg.threads or threads, down_dev)
     return start + 4 + (test + upstream + latency) * at(machine.beam, threads)  # evaluate: beam search
+
+
+BUDGET = ("max_updates", "patience", "eval_every")  # what decides where an early-stopped fine-tune ends
+
+
+@cache
+def committed_updates(root: Path) -> dict[tuple, list[int]]:
+    """Updates run by every committed cell (results/*/cells/ROW/sSEED/record.json), by row and by method, each with
+    its fine-tune budget."""
+    found: dict[tuple, list[int]] = {}
+    for path in sorted(root.glob("results/*/cells/*/s*/record.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            budget = tuple(data["params"]["finetune"][k] for k in BUDGET)
+            for key in (("row", data["row"]), ("method", data["method"])):
+                found.setdefault((*key, *budget), []).append(int(data["finetune"]["updates"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a cell record this estimator can read: priced at the budget instead
+    return found
+
+
+def committed_runs(root: Path, row: str, params: Params, cfg: Training) -> list[int]:
+    """The updates that committed cells of this row (else of its method) ran under the same budget."""
+    budget = tuple(getattr(cfg, k) for k in BUDGET)
+    found = committed_updates(root.resolve())
+    method = params.rows[row].method if row in params.rows and params.rows[row].method else row
+    return found.get(("row", row, *budget)) or found.get(("method", method, *budget)) or []
+
+
+def expected_budget(root: Path, row: str, params: Params, cfg: Training) -> Training:
+    """A fine-tune with early stopping priced at the median updates of `committed_runs`; without such cells (or
+    without early stopping), at its maximum."""
+    runs = committed_runs(root, row, params, cfg) if cfg.patience else []
+    return replace(cfg, max_updates=int(statistics.median(runs))) if runs else cfg
+
+
+def priced_from_cells(root: Path, params: Params, cells: list[Cell]) -> dict[str, tuple[int, int]]:
+    """row -> (median updates, committed cells) for the grid's fine-tunes that committed cells priced."""
+    out = {}
+    for row in dict.fromkeys(c.row for c in cells):
+        method = get_method(row, params.rows)
+        cfg = params.abnet.finetune if method.family == "abnet" else params.finetune.train
+        runs = committed_runs(root, row, params, cfg) if method.finetune and cfg.patience else []
+        if runs:
+            out[row] = (int(statistics.median(runs)), len(runs))
+    return out
 
 
 def heldout_sentences(params: Params, corpus: Path, dev: int, selection: int) -> int:
@@ -302,6 +355,11 @@ def format_estimate(est: Estimate, profile: str) -> str:
     lines += ["", f"expected wall time: Prefect flow (`python -m flows.pipeline`, {est.jobs} stages at once) "
                   f"{_minutes(est.flow_seconds)}; `dvc repro` (one stage at a time) {_minutes(est.repro_seconds)}",
               "(for a quiet machine; installs are not included)"]
+    if est.from_cells:
+        lines.append("fine-tunes that stop early priced at the median updates of committed cells (results/*/cells) of "
+                     "the same row or method and budget: " + ", ".join(
+                         f"{row} {updates} ({n} cells)" for row, (updates, n) in est.from_cells.items())
+                     + "; the others at their maximum")
     if m.device != "cpu" and est.jobs > 1:
         lines.append("note: on one GPU the stages that run at once take turns on it, and the flow's figure assumes "
                      "they do not slow each other: a flow priced at 9.2 min with 4 at once ran about 16 min on an "

@@ -132,6 +132,51 @@ def test_the_grid_s_own_stages_are_priced_and_an_unknown_stage_is_an_error(tmp_p
         stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path)
 
 
+def committed_cell(root: Path, study: str, row: str, seed: int, method: str, updates: int, budget: dict) -> None:
+    """A committed cell's record as the evaluate stage writes it, with the fields the estimator reads."""
+    import json
+
+    folder = root / "results" / study / "cells" / row / f"s{seed}"
+    folder.mkdir(parents=True)
+    record = {"row": row, "seed": seed, "method": method, "finetune": {"updates": updates},
+              "params": {"finetune": budget}}
+    (folder / "record.json").write_text(json.dumps(record))
+
+
+def test_a_fine_tune_that_stops_early_is_priced_from_committed_cells(tmp_path):
+    from flows.estimate import committed_updates
+
+    params = grid_params({"ft-srcv": {}, "fwet": {}, "fwet-frozen": {"method": "fwet", "freeze_old_rows": True},
+                          "va-llm": {}}, [1])
+    cfg = params.finetune.train
+    cfg.max_updates, cfg.eval_every, cfg.patience = 2000, 50, 6
+    budget = {"max_updates": 2000, "patience": 6, "eval_every": 50}
+    for seed, updates in ((1, 700), (2, 900), (3, 1300)):
+        committed_cell(tmp_path, "study", "ft-srcv", seed, "ft-srcv", updates, budget)
+        committed_cell(tmp_path, "study", "fwet", seed, "fwet", updates - 200, budget)
+    committed_cell(tmp_path, "forgetting", "fwet-frozen", 1, "fwet", 1500, budget)
+    committed_cell(tmp_path, "old", "va-llm", 1, "va-llm", 350, {"max_updates": 350, "patience": 0, "eval_every": 50})
+    committed_updates.cache_clear()
+
+    def price(row: str) -> float:
+        return stage_seconds(f"finetune@{row}-1", params, machine(), 1, tmp_path)
+
+    def fixed(updates: int) -> float:  # a fine-tune of exactly `updates`, where no cell was committed
+        cfg.max_updates, cfg.patience = updates, 0
+        seconds = stage_seconds("finetune@ft-srcv-1", params, machine(), 1, tmp_path / "elsewhere")
+        cfg.max_updates, cfg.patience = 2000, 6
+        return seconds
+
+    at_most = price("va-llm")  # its only committed cell ran another budget: priced at the maximum
+    assert at_most == pytest.approx(fixed(2000))
+    assert price("ft-srcv") == pytest.approx(fixed(900))  # the median of its cells' 700, 900 and 1,300 updates
+    assert price("fwet") < price("ft-srcv") < price("fwet-frozen") < at_most  # the row's own cells first (1,500)
+    estimate = format_estimate(Estimate(machine(), {}, {}, 2, 2, [], {"ft-srcv": (900, 3)}), "study")
+    assert "median updates of committed cells" in estimate and "ft-srcv 900 (3 cells)" in estimate
+    cfg.patience = 0  # a fixed budget runs to its end whatever the cells did
+    assert price("ft-srcv") == pytest.approx(at_most)
+
+
 def test_evaluate_decodes_the_second_test_set_too(tmp_path):
     """The held-out dev books are decoded beside the test set (its sentences counted from the verse ids)."""
     params = grid_params({"ft-srcv": {}}, [1])
