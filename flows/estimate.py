@@ -40,7 +40,7 @@ from vocabridge.estimate import (
 )
 from vocabridge.evaluate import heldout_verses
 from vocabridge.grid import Cell, cells
-from vocabridge.transfer import get_method, knobs_for
+from vocabridge.transfer import finetune_training, get_method, knobs_for
 
 DVC_OVERHEAD = 2.5  # seconds `dvc repro --single-item` adds around a stage's command (hashing, lock)
 CELL_GROUPS = ("transfer", "finetune", "evaluate")  # DVC matrix stages over rows x seeds: GROUP@ROW-SEED
@@ -246,7 +246,7 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
     upstream = min(params.evaluate.upstream_sentences, up_test)  # forgetting: the upstream test set's first lines
     latency = LATENCY_COST * min(params.evaluate.latency_sentences, test)
     if group == "evaluate":  # the held-out dev books are decoded beside the test set
-        selection = (params.abnet.finetune if method.family == "abnet" else params.finetune.train).dev_sentences
+        selection = finetune_training(row, params).dev_sentences
         test += heldout_sentences(params, corpora / "downstream", down_dev, selection)
     if method.family == "abnet":
         kind = abnet_kind(params.abnets.get(knobs_for(row, params.rows).upstream))
@@ -307,7 +307,7 @@ def priced_from_cells(root: Path, params: Params, cells: list[Cell]) -> dict[str
     out = {}
     for row in dict.fromkeys(c.row for c in cells):
         method = get_method(row, params.rows)
-        cfg = params.abnet.finetune if method.family == "abnet" else params.finetune.train
+        cfg = finetune_training(row, params)
         runs = committed_runs(root, row, params, cfg) if method.finetune and cfg.patience else []
         if runs:
             out[row] = (int(statistics.median(runs)), len(runs))

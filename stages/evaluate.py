@@ -33,7 +33,8 @@ def main(argv: list[str]) -> None:
     cfg, lang, method = params.evaluate, params.lang, cell.row
     device = use_compute(params.compute)
     decode = RowDecoder(cells.finetuned(cell), cfg, params.abnet.decoding, device, threads_of(params.compute.threads))
-    abnet, decoder, src, tgt, precision = decode.abnet, decode.name, decode.src, decode.tgt, decode.precision
+    decoder, src, tgt, precision = decode.name, decode.src, decode.tgt, decode.precision
+    family = "abnet" if decode.abnet else "nmt"  # which fine-tune budget the model trained under
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
     hyps, speed = decode(sources)
@@ -52,13 +53,13 @@ def main(argv: list[str]) -> None:
         up_refs = read_text_lines(up / f"test.{lang.tgt}")[:n]
         upstream_hyps, _ = decode(up_sources)
         metrics["upstream"] = {"test_sentences": len(up_sources), **score(upstream_hyps, up_refs)}
-    dev_sources, dev_refs, dev_books = heldout_dev(params, abnet) if cfg.heldout_dev else ([], [], [])
+    dev_sources, dev_refs, dev_books = heldout_dev(params, family) if cfg.heldout_dev else ([], [], [])
     dev_hyps = []
     if dev_sources:
         dev_hyps, _ = decode(dev_sources)
         metrics["heldout_dev"] = {"test_sentences": len(dev_sources), "books": dev_books,
                                   **score(dev_hyps, dev_refs)}
-    record = cell_record(cell, params, metrics, refs, up_refs, abnet)
+    record = cell_record(cell, params, metrics, refs, up_refs, family)
     if dev_refs:
         record["heldout_dev_test"] = {"sentences": len(dev_refs), "digest": text_digest(dev_refs), "books": dev_books}
     with atomic_dir(cells.cell_record(cell)) as tmp:
@@ -73,7 +74,7 @@ def main(argv: list[str]) -> None:
           | ({"upstream_bleu": metrics["upstream"]["bleu"]} if "upstream" in metrics else {}))
 
 
-def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: list[str], abnet: bool) -> dict:
+def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: list[str], family: str) -> dict:
     """Everything the report reads of a cell, from this stage's scores and the earlier stages' files."""
     import time
 
@@ -83,7 +84,7 @@ def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: lis
     stamp = read(cells.row_file(cell.row))
     train_pairs = stamp["knobs"].get("train_pairs")
     train_pairs = params.finetune.train_pairs if train_pairs is None else train_pairs
-    training = asdict(params.abnet.finetune if abnet else params.finetune.train)
+    training = asdict(params.training_for(family))
     return {
         "version": VERSION, "study": params.profile, "row": cell.row, "seed": cell.seed, "cell": cell.name,
         "method": stamp["method"], "knobs": stamp["knobs"], "knobs_digest": stamp["knobs_digest"],
@@ -101,7 +102,7 @@ def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: lis
     }
 
 
-def heldout_dev(params, abnet: bool) -> tuple[list[str], list[str], list[str]]:
+def heldout_dev(params, family: str) -> tuple[list[str], list[str], list[str]]:
     """The second test set: dev pairs of the books that no checkpoint selection read (the fine-tune selects on the
     first dev_sentences dev pairs), in order; empty where the corpus has no verse ids (a user's files)."""
     corpus, lang = paths.CORPORA / "downstream", params.lang
@@ -110,7 +111,7 @@ def heldout_dev(params, abnet: bool) -> tuple[list[str], list[str], list[str]]:
         return [], [], []
     verses = read_text_lines(ids_file)
     books = [verse.split(".", 1)[0] for verse in verses]
-    keep = heldout_verses(verses, (params.abnet.finetune if abnet else params.finetune.train).dev_sentences)
+    keep = heldout_verses(verses, params.training_for(family).dev_sentences)
     sources, refs = (read_text_lines(corpus / f"dev.{code}") for code in (lang.src, lang.tgt))
     return [sources[i] for i in keep], [refs[i] for i in keep], sorted({books[i] for i in keep})
 

@@ -26,13 +26,13 @@ from vocabridge.nmt.model import copy_model_dir, load_model, save_model
 from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.plm.abnet import load_abnet, save_abnet
 from vocabridge.plm.train import fit_abnet
-from vocabridge.transfer import get_method, knobs_for
+from vocabridge.transfer import finetune_training, get_method, knobs_for
 
 
 def main(argv: list[str]) -> None:
     cell, params = cells.cell_stage_args(__doc__, argv)
     name = cell.row
-    cfg, lang = params.finetune.train, params.lang
+    lang = params.lang
     init, out = cells.init_model(cell), cells.finetuned(cell)
     plots, metrics = cells.per_cell(paths.PLOTS / "finetune", cell), cells.per_cell(paths.METRICS / "finetune", cell,
                                                                                      ".json")
@@ -43,8 +43,8 @@ def main(argv: list[str]) -> None:
         write_logs(State(), plots)
         write_json(metrics, {"updates": 0, "best_update": 0, "seed": cell.seed})
         return
-    abnet = method.family == "abnet"  # an AB-Net row: its own trainer and budget (abnet.finetune)
-    cfg = replace(params.abnet.finetune if abnet else cfg, seed=cell.seed)
+    abnet = method.family == "abnet"  # an AB-Net row: its own trainer (and budget: finetune_training)
+    cfg = replace(finetune_training(name, params), seed=cell.seed)
     device = use_compute(params.compute)
     if abnet:
         model, src, tgt = load_abnet(init, device)

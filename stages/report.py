@@ -25,7 +25,7 @@ from vocabridge.fileio import atomic_dir
 from vocabridge.grid import condition_digest, knobs_digest, read_cells, text_digest
 from vocabridge.report import HeldOut, grid_report, write_report
 from vocabridge.significance import clusters_from_ids
-from vocabridge.transfer import get_method, knobs_for, resolved_knobs
+from vocabridge.transfer import finetune_training, get_method, knobs_for, resolved_knobs
 
 RESULTS = Path("results")
 
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> None:
 def condition(params, row: str) -> str:
     """The regime the row's cells must have run under to pool: today's fine-tune, sample and decoding."""
     pairs = knobs_for(row, params.rows).train_pairs
-    training = params.abnet.finetune if get_method(row, params.rows).family == "abnet" else params.finetune.train
+    training = finetune_training(row, params)
     return condition_digest(asdict(training), asdict(params.evaluate),
                             params.finetune.train_pairs if pairs is None else pairs)
 

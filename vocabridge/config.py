@@ -500,6 +500,11 @@ class Params:
     report: Report = field(default_factory=Report)
     compute: Compute = field(default_factory=Compute)
 
+    def training_for(self, family: str) -> Training:
+        """The config a fine-tune of a method family runs under: AB-Net models (`abnet`) with their own trainer's
+        budget, `abnet.finetune`; Marian models (`nmt`) with `finetune.train`."""
+        return self.abnet.finetune if family == "abnet" else self.finetune.train
+
 
 def _type_name(tp) -> str:
     return getattr(tp, "__name__", str(tp))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vocabridge.cbow import load_vectors
-from vocabridge.config import Diagnostics, TransferMethod
+from vocabridge.config import Diagnostics, Training, TransferMethod
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.fileio import sha256_file
@@ -285,6 +285,11 @@ def get_method(name: str, rows: dict[str, TransferMethod] | None = None) -> Meth
     if base not in METHODS:
         raise ConfigError(f"params.yaml: rows.{name}.method: unknown method '{base}' (known: {sorted(METHODS)})")
     return METHODS[base]
+
+
+def finetune_training(name: str, params) -> Training:
+    """The training config a row's fine-tune runs under (seed aside), by its method's family."""
+    return params.training_for(get_method(name, params.rows).family)
 
 
 def generator_for(variant: str, sides: str) -> str:
