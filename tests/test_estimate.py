@@ -272,6 +272,8 @@ def test_a_real_measurement_of_the_tiny_profile(tmp_path, monkeypatch):
     found = measure(parse(Params, data, "params"), cores=2, progress=False)
     assert found.startup > 0 and found.cpu["capability"] and set(found.beam) == {1, 2}
     assert {"pretrain", "generator", "finetune-downstream"} <= set(found.train)
+    # every training kind at both thread counts: the flow runs a pretraining on one thread beside another stage
+    assert all(set(found.train[kind]) == {1, 2} for kind in ("pretrain", "generator", "finetune-downstream"))
     assert all(s > 0 for table in found.train.values() for s in table.values())
     assert set(found.precision.values()) <= {"bf16", "fp32"} and found.precision["generator"] == "fp32"
     # the slow-down is the timed update beside its twin over the same update alone (never below 1: a twin beside

@@ -43,8 +43,8 @@ BUDGET_FILL = 0.97
 UPSTREAM_LINES = 283_000  # the default upstream corpus (Debian gettext catalogues, LibreOffice help)
 LATENCY_COST = 3.0  # evaluate.latency_sentences: a sentence decoded alone, in sentences of a batch (assumed)
 WARMUP_UPDATES = 2
-MEASUREMENT_LAYOUT = "5"  # bumped when what `measure` times changes (5: the trainers' own `_step`): older
-#                            cached figures are not reused
+MEASUREMENT_LAYOUT = "6"  # bumped when what `measure` times changes (5: the trainers' own `_step`; 6: pretrain and
+#                            generator at every thread count): older cached figures are not reused
 TIMED_UPDATES = 3
 
 
@@ -407,8 +407,10 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
     machine.startup = time_startup()
     up, down = (typical_pieces(params, d) for d in ("upstream", "downstream"))
     arch = params.pretrain.arch
-    jobs = [("pretrain", params.pretrain.train, "upstream", up, [cores], False),
-            ("generator", _generator_training(params), "upstream", up, [cores], True),
+    # every kind at each thread count a stage may get: the flow gives a pretraining or a generator one thread when
+    # another stage runs beside it (sato and liu pretrain four upstream models, two at once)
+    jobs = [("pretrain", params.pretrain.train, "upstream", up, thread_counts, False),
+            ("generator", _generator_training(params), "upstream", up, thread_counts, True),
             ("finetune-upstream", params.finetune.train, "upstream", down, thread_counts, False),
             ("finetune-downstream", params.finetune.train, "downstream", down, thread_counts, False)]
     timed: dict[tuple, tuple[float, str]] = {}  # the same work is timed once (equal vocabularies, batches)
