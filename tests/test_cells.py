@@ -57,7 +57,8 @@ def write_cell(folder: Path, row: str, seed: int, machine: dict, upstream: str, 
               "upstream": {"name": "base", "sha256": upstream},
               "test": {"sentences": len(REFS), "digest": test_digest or text_digest(REFS)}, "upstream_test": None,
               "metrics": {"bleu": round(bleu, 2), "chrf": 50.0, "ter": 60.0, "upstream": {"bleu": 20.0 + seed}},
-              "finetune": {"updates": 300, "best_update": 300 if seed % 2 else 250, "seed": seed},
+              "finetune": {"updates": 300, "best_update": 300 if seed % 2 else 250, "seed": seed,
+                           "train_seconds": 600.0 + 60 * seed, "threads": 1},
               "transfer": {"dev_bleu": 1.0, "dev_perplexity": 900.0}, "diagnostics": {},
               "params": {"train_pairs": 1000, "finetune": {"max_updates": 300, "patience": 6}}, "machine": machine,
               "commit": "1234567890abcdef" + ("+" if seed > 3 else ""), "finished": "2025-01-01T00:00:00"}
@@ -121,6 +122,8 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
                   UP_C[:12], str(a), str(b), "in-domain: no finished cell", "ft-tgtv-random: seed(s) 5",
                   "other knobs", "1234567890ab+"):
         assert shown in text, shown
+    # what the cells cost on each machine: set A's 9 fine-tunes of 660-780 s (1.8 h, median 12 min)
+    assert "| Test Xeon (AVX2, bf16 no) | 9 | 3 | 1-3 | 9 | 1.8 | 12 | 1 |" in text
     # the answer first: the papers' tables, one line per grid row, the plots, then the appendix
     order = [text.index(h) for h in ("## The papers' tables", "## One line per grid row", "## Plots",
                                      "## Appendix: where the cells came from")]

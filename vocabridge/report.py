@@ -987,6 +987,22 @@ def _paper_markdown(paper: PaperTable, layout: pd.DataFrame, verdicts: pd.DataFr
             + note)
 
 
+def machines_table(cells: pd.DataFrame) -> str:
+    """Cells per machine with their fine-tunes' cost there (training seconds of the cells that fine-tuned, at the
+    torch threads each had): what a study costs on a machine class, from the cells themselves."""
+    lines = []
+    for key, part in cells.groupby(cells["machine"].fillna("unknown"), sort=True):
+        tuned = pd.to_numeric(part["train_seconds"], errors="coerce").dropna()
+        tuned = tuned[tuned > 0]
+        threads = sorted({int(t) for t in pd.to_numeric(part["threads"], errors="coerce").dropna()})
+        lines.append({"machine": key, "cells": len(part), "rows": part["row"].nunique(),
+                      "seeds": _seed_list(part["seed"].unique().tolist()), "fine-tunes": len(tuned),
+                      "fine-tune hours (sum)": round(float(tuned.sum()) / 3600, 2) if len(tuned) else None,
+                      "fine-tune minutes (median)": round(float(tuned.median()) / 60, 1) if len(tuned) else None,
+                      "threads": ", ".join(map(str, threads)) or None})
+    return to_markdown(pd.DataFrame(lines))
+
+
 def provenance_markdown(cells: pd.DataFrame, rows: Sequence[str], by_row: dict[str, list[CellRecord]],
                         missing_rows: list[str], left_out: list[tuple[Path, str]], seeds: Sequence[int]) -> str:
     """The appendix: which cells folders, machines, upstream models (sha256 prefixes) and commits the cells came
@@ -1000,7 +1016,7 @@ def provenance_markdown(cells: pd.DataFrame, rows: Sequence[str], by_row: dict[s
             return to_markdown(table)
 
         out += ["### Cells folders (later folders win for the same cell)", by("cells_folder", "folder"),
-                "### Machines", by("machine", "machine"),
+                "### Machines, and what the cells cost on each", machines_table(cells),
                 "### Upstream models (sha256 of the weights the cells started from)",
                 by("upstream_sha256", "upstream_sha256", lambda v: v[:12]),
                 "### Code commits", by("commit", "commit", lambda v: v[:12] + ("+" if v.endswith("+") else ""))]
