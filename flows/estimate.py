@@ -206,7 +206,8 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
         spec = params.abnets[item]
         if not spec.upstream:
             return start + 10
-        return start + 10 + abnet_training_seconds(machine, abnet_kind(spec), params.abnet.train, threads, up_dev)
+        return start + 10 + abnet_training_seconds(machine, abnet_kind(spec), params.abnet.train, threads, up_dev,
+                                                   params.abnet.finetune.batch_tokens)
     if group == "generator":  # each of params' generators: frozen-model updates
         per = params.generator.train.steps * at(machine.train.get("generator", {0: 0.0}), threads)
         return start + len(params.generators) * (10 + per)
@@ -254,7 +255,8 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
             return start + 8 + params.diagnostics.dev_sentences * at(machine.greedy[kind], threads)
         if group == "finetune":
             cfg = expected_budget(root, row, params, params.abnet.finetune)
-            return start + 5 + abnet_training_seconds(machine, kind, cfg, cfg.threads or threads, down_dev)
+            return start + 5 + abnet_training_seconds(machine, kind, cfg, cfg.threads or threads, down_dev,
+                                                      params.abnet.finetune.batch_tokens)
         return start + 4 + (test + upstream + latency) * at(machine.greedy.get(f"{kind}-test", machine.greedy[kind]),
                                                            threads)
     if group == "transfer":

@@ -75,8 +75,8 @@ def main(argv: list[str]) -> None:
                "train_sentences": len(ids), "vocab_size": len(tokenizer),
                "held_out_sentences": len(trainer.held_out), "held_out_loss": kept["held_out_loss"],
                "held_out_accuracy": kept["held_out_accuracy"], "train_seconds": round(state.seconds, 1),
-               "parameters": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
-               "device": str(device)}
+               "parameters": sum(p.numel() for p in model.parameters()), **trainer.precision.as_metrics(),
+               "threads": torch.get_num_threads(), "device": str(device)}
     write_json(metrics, summary)
     print(summary)
 

@@ -57,6 +57,13 @@ def test_sponsored_decoding_benchmark_decodes_the_same_pieces_both_ways():
     assert "same pieces: True" in done.stdout
 
 
+def test_plm_precision_benchmark_times_both_arms_of_each_update():
+    done = run(["benchmarks/plm_precision.py", "--profile", "tiny", "--rounds", "1"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| masked-LM (plm) |" in done.stdout and "| masked-LM, every position scored (peer) |" in done.stdout
+    assert "scoring the masked pieces only:" in done.stdout and "bf16: auto picks" in done.stdout
+
+
 def test_startup_benchmark_times_stages_and_finds_no_slow_library_loaded_at_import():
     # one round, two stages: a stage that needs torch and one that needs nothing heavy until it trains
     done = run(["benchmarks/startup.py", "--runs", "1", "--stages", "cbow", "evaluate"])

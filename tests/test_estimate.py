@@ -17,6 +17,7 @@ from vocabridge.estimate import (
     TYPICAL_PIECES,
     Machine,
     _batch,
+    abnet_training_seconds,
     cbow_seconds,
     measure,
     typical_pieces,
@@ -99,6 +100,18 @@ def test_training_stages_cost_updates_and_dev_evaluations(tmp_path):
     assert stage_seconds("evaluate@ft-srcv-2", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 60)
     params.evaluate.upstream_sentences = 500  # forgetting: 500 upstream sentences more, at the same price
     assert stage_seconds("evaluate@ft-srcv-2", params, machine(), 2, tmp_path) == pytest.approx(start + 4 + 90)
+
+
+def test_an_abnet_training_is_priced_from_updates_timed_at_the_fine_tune_batch():
+    """`time_abnet` times abnet.finetune's batch; an upstream training's bigger batch costs in proportion (an
+    update timed at 1,500 tokens priced a 4,000-token one at the same price: a cell's fine-tune 2.7x too dear)."""
+    from vocabridge.config import Training
+
+    found = Machine(cpu={}, device="cpu", train={"plm-nmt": {1: 1.5}}, greedy={"plm-nmt": {1: 0.0}})
+    fine = Training(max_updates=100, eval_every=1000, batch_tokens=1500, dev_sentences=0)
+    assert abnet_training_seconds(found, "plm-nmt", fine, 1, 0, 1500) == pytest.approx(150)
+    upstream = Training(max_updates=100, eval_every=1000, batch_tokens=4000, dev_sentences=0)
+    assert abnet_training_seconds(found, "plm-nmt", upstream, 1, 0, 1500) == pytest.approx(400)
 
 
 def grid_params(rows: dict, seeds: list[int], **more) -> Params:
@@ -276,6 +289,7 @@ def test_a_real_measurement_of_the_tiny_profile(tmp_path, monkeypatch):
     assert all(set(found.train[kind]) == {1, 2} for kind in ("pretrain", "generator", "finetune-downstream"))
     assert all(s > 0 for table in found.train.values() for s in table.values())
     assert set(found.precision.values()) <= {"bf16", "fp32"} and found.precision["generator"] == "fp32"
+    assert found.train["plm"] and found.precision["plm"] == found.precision["finetune-downstream"]  # one probe
     # the slow-down is the timed update beside its twin over the same update alone (never below 1: a twin beside
     # it never speeds it up; a faster figure is noise)
     (seconds,) = beside

@@ -430,3 +430,48 @@ def test_beam_search_stops_at_the_decoder_positions_whatever_max_len(tokenizer):
     special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id}
     pieces = beam_search(model, src["input_ids"], src["attention_mask"], special, 2, max_len=500)
     assert all(len(p) <= TINY.max_positions - 2 for p in pieces)
+
+
+def test_the_masked_lm_loss_scores_the_masked_pieces_as_bert_does(tokenizer, tmp_path):
+    """The trainer runs BERT's output layer on the masked pieces only: in fp32 its loss is transformers' own."""
+    ids = encode_sentences(tokenizer, GERMAN[:8], 40)
+    cfg = MlmTraining(batch_sentences=8, bf16=False)
+    trainer = MlmTrainer(build_bert(TINY, tokenizer, seed=1).eval(), tokenizer, ids, ids[:6], cfg, tmp_path, {}, "t")
+    batch = trainer._batch(ids, generator_seed=3)
+    assert (batch["labels"] != -100).any()
+    assert torch.allclose(trainer.loss(batch).value, trainer.model(**batch).loss, rtol=1e-5, atol=1e-6)
+
+
+def linear_output_dtypes(model: torch.nn.Module) -> set[torch.dtype]:
+    """Records the dtype of every Linear layer's output while the returned set lives (the hooks stay on)."""
+    seen: set[torch.dtype] = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+    return seen
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_plm_trainers_compute_in_the_precision_bf16_resolves_to(tokenizer, tmp_path, bf16):
+    """Masked-LM pretraining and AB-Net's family train under bf16 autocast where asked and the CPU has it (1.6-1.9x
+    faster an update on AVX-512 bf16 cores, benchmarks/plm_precision.py), in fp32 otherwise, and say which."""
+    from vocabridge.nmt.precision import cpu_bf16_supported
+    from vocabridge.plm.train import fit_abnet
+
+    expected = torch.bfloat16 if bf16 and cpu_bf16_supported() else torch.float32
+    ids = encode_sentences(tokenizer, GERMAN, 40)
+    cfg = MlmTraining(max_updates=2, batch_sentences=8, warmup=1, eval_every=2, checkpoint_every=2,
+                      held_out_sentences=6, bf16=bf16)
+    bert = build_bert(TINY, tokenizer, seed=1)
+    trainer = MlmTrainer(bert, tokenizer, ids, ids[:6], cfg, tmp_path / "mlm", {"run": 1}, "t")
+    seen = linear_output_dtypes(bert)
+    trainer.train()
+    assert expected in seen and trainer.precision.bf16 == (expected == torch.bfloat16)
+
+    model = tiny_abnet(tokenizer)
+    corpus = copy_corpus(tmp_path / "corpus", GERMAN[:6])
+    train, lang = abnet_training(2, bf16=bf16)
+    seen = linear_output_dtypes(model.encoder_adapters)
+    _, summary = fit_abnet(model, tokenizer, tokenizer, corpus, lang, train, tmp_path / "abnet", {"run": 1}, "a",
+                           MaskPredict(2, 2))
+    assert expected in seen and summary["precision"] == ("bf16" if expected == torch.bfloat16 else "fp32")

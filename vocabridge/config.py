@@ -353,6 +353,7 @@ class MlmTraining:
     #                    accurate checkpoint is the BERT; 0: never stop early, the last update is the BERT
     checkpoint_every: int = 250
     log_every: int = 50
+    bf16: bool | Literal["auto"] = "auto"  # as finetune.train.bf16: bf16 autocast where this machine runs it faster
     seed: int = 1
 
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -43,8 +44,9 @@ BUDGET_FILL = 0.97
 UPSTREAM_LINES = 283_000  # the default upstream corpus (Debian gettext catalogues, LibreOffice help)
 LATENCY_COST = 3.0  # evaluate.latency_sentences: a sentence decoded alone, in sentences of a batch (assumed)
 WARMUP_UPDATES = 2
-MEASUREMENT_LAYOUT = "6"  # bumped when what `measure` times changes (5: the trainers' own `_step`; 6: pretrain and
-#                            generator at every thread count): older cached figures are not reused
+MEASUREMENT_LAYOUT = "7"  # bumped when what `measure` times changes (5: the trainers' own `_step`; 6: pretrain and
+#                            generator at every thread count; 7: the masked-LM and AB-Net updates in the precision
+#                            they train in, AB-Net's at abnet.finetune's batch): older cached figures are not reused
 TIMED_UPDATES = 3
 
 
@@ -161,13 +163,13 @@ def time_updates(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training,
     return _seconds_per_update(update, device), precision
 
 
-def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: torch.device) -> float:
-    """Seconds per masked-LM update of the plm stage's BERT (plm.bert.MlmTrainer's `_step`) at `threads`."""
+def mlm_updater(arch, vocab: int, cfg, pieces: int, device: torch.device) -> tuple[Callable[[], None], Any]:
+    """One masked-LM update of the plm stage's BERT (plm.bert.MlmTrainer's `_step`, in the precision `cfg.bf16`
+    resolves to here) on a fresh model and a batch of the real shape, and its trainer."""
     from transformers import BertConfig, BertForMaskedLM
 
     from vocabridge.plm.bert import MlmTrainer
 
-    torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
                                        num_attention_heads=arch.heads, intermediate_size=arch.ffn,
@@ -180,7 +182,14 @@ def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: t
     ids = torch.randint(5, vocab, (cfg.batch_sentences, length), generator=gen).to(device)
     labels = torch.where(torch.rand(ids.shape, generator=gen).to(device) < cfg.mask_prob, ids, -100)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
-    return _seconds_per_update(lambda: trainer._step(batch), device)
+    return (lambda: trainer._step(batch)), trainer
+
+
+def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: torch.device) -> tuple[float, str]:
+    """Seconds per masked-LM update of the plm stage's BERT at `threads`, and the precision it ran in."""
+    torch.set_num_threads(threads)
+    update, trainer = mlm_updater(arch, vocab, cfg, pieces, device)
+    return _seconds_per_update(update, device), trainer.precision.name
 
 
 def abnet_kind(spec: AbnetModel | None) -> str:
@@ -192,29 +201,18 @@ def abnet_kind(spec: AbnetModel | None) -> str:
     return "mask-predict" if kind == "abnet" and spec is not None and not spec.plms else kind
 
 
-def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
-               spec: AbnetModel) -> tuple[float, float, float]:
-    """Seconds per AB-Net training update (abnet.train's batch; BERTs frozen when `spec.plms`) and per sentence of
-    its dev decoding (Mask-Predict with abnet.dev_decoding; AB-Net-Enc and PLM-sponsored: greedy) and test decoding
-    (abnet.decoding; AB-Net-Enc and PLM-sponsored: beam search, evaluate.beam), on random BERTs of plm.arch's
-    size, at `threads`."""
+def abnet_updater(params: Params, vocab: int, pieces: int, device: torch.device, spec: AbnetModel,
+                  cfg: Training) -> tuple[Callable[[], None], Any, dict[str, torch.Tensor]]:
+    """One training update of an abnets entry's model (its trainer's `_step`: the family's loss, in the precision
+    `cfg.bf16` resolves to here, Adam) on random BERTs of plm.arch's size and a batch of `cfg.batch_tokens`;
+    the trainer and the batch too (for timing its decoding)."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from vocabridge.plm.abnet import (
-        beam_search,
-        build_abnet,
-        family_for,
-        mask_predict,
-        mask_targets,
-        model_kind,
-        plm_sides,
-    )
+    from vocabridge.plm.abnet import build_abnet, family_for, mask_targets, model_kind, plm_sides
     from vocabridge.plm.sponsored import auxiliary_labels
-    from vocabridge.plm.sponsored import beam_search as sponsored_beam_search
     from vocabridge.plm.train import TRAINERS
 
     pretrained = spec.plms
-    torch.set_num_threads(threads)
     torch.manual_seed(0)
     arch = params.plm.arch
     config = BertConfig(vocab_size=vocab, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
@@ -232,10 +230,10 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     model = build_abnet(*berts, adapters, pretrained is True, spec.decoder, settings, teacher, special)
     model = model.to(device).train()
     kind = model_kind(model)
-    trainer = TRAINERS[kind](model, None, None, None, ([], []), params.abnet.train, UNUSED_CHECKPOINTS, {},
+    trainer = TRAINERS[kind](model, None, None, None, ([], []), cfg, UNUSED_CHECKPOINTS, {},
                              "estimate", params.abnet.dev_decoding, params.abnet.length_weight)
     length = max(3, min(pieces + 2, arch.max_positions))
-    rows = max(1, int(BUDGET_FILL * params.abnet.train.batch_tokens) // length)
+    rows = max(1, int(BUDGET_FILL * cfg.batch_tokens) // length)
     gen = torch.Generator().manual_seed(0)
     source = torch.randint(5, vocab, (rows, length), generator=gen)
     targets = torch.randint(5, vocab, (rows, length), generator=gen)
@@ -250,14 +248,27 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
         if kind == "plm-nmt" and settings.target_lm:
             batch["lm_labels"] = auxiliary_labels(targets, keep, settings.target_lm, gen)
     batch = {k: v.to(device) for k, v in batch.items()}
-    source, keep = batch["source"], batch["source_keep"]
-    enc, sponsored = kind == "abnet-enc", kind == "plm-nmt"
+    return (lambda: trainer._step(batch)), trainer, batch
 
-    def update() -> None:
-        trainer._step(batch)
 
+def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: torch.device,
+               spec: AbnetModel) -> tuple[float, float, float, str]:
+    """Seconds per AB-Net fine-tune update (abnet.finetune's batch, where a study's cells spend; an upstream
+    training's bigger batch is priced by `abnet_training_seconds`; BERTs frozen when `spec.plms`) and per sentence
+    of its dev decoding (Mask-Predict with abnet.dev_decoding; AB-Net-Enc and PLM-sponsored: greedy) and test
+    decoding (abnet.decoding; AB-Net-Enc and PLM-sponsored: beam search, evaluate.beam), on random BERTs of
+    plm.arch's size, at `threads`; and the precision the update ran in."""
+    from vocabridge.plm.abnet import beam_search, mask_predict, model_kind
+    from vocabridge.plm.sponsored import beam_search as sponsored_beam_search
+
+    torch.set_num_threads(threads)
+    update, trainer, batch = abnet_updater(params, vocab, pieces, device, spec, params.abnet.finetune)
     per_update = _seconds_per_update(update, device)
-    model.eval()
+    model = trainer.model.eval()
+    kind = model_kind(model)
+    enc, sponsored = kind == "abnet-enc", kind == "plm-nmt"
+    source, keep = batch["source"], batch["source_keep"]
+    length = source.shape[1]
     decoding = params.abnet.decoding
     sentences = source[: decoding.batch_sentences]
     special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
@@ -271,7 +282,7 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
             search(model, sentences, keep[: len(sentences)], special, beam, max_len=length - 2)
             _sync(device)
             searched.append((time.perf_counter() - started) / len(sentences))
-        return per_update, searched[0], searched[1]
+        return per_update, searched[0], searched[1], trainer.precision.name
     mask_predict(model, sentences, keep[: len(sentences)], special, decoding.length_candidates, 1)  # warm-up
 
     def per_sentence(how) -> float:
@@ -285,7 +296,7 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
 
     test = per_sentence(decoding)
     dev = test if params.abnet.dev_decoding == decoding else per_sentence(params.abnet.dev_decoding)
-    return per_update, dev, test
+    return per_update, dev, test, trainer.precision.name
 
 
 def time_beside(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, twins: int) -> float:
@@ -432,8 +443,8 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
         machine.train["plm"] = {}
         for threads in thread_counts:
             note(f"masked-LM updates (plm) at {threads} thread(s)")
-            machine.train["plm"][threads] = time_mlm_updates(params.plm.arch, vocab, params.plm.train, down[0],
-                                                             threads, device)
+            machine.train["plm"][threads], machine.precision["plm"] = time_mlm_updates(
+                params.plm.arch, vocab, params.plm.train, down[0], threads, device)
     for spec in params.abnets.values():
         kind = abnet_kind(spec)
         if kind in machine.train:
@@ -442,8 +453,8 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
         machine.train[kind], machine.greedy[kind], machine.greedy[f"{kind}-test"] = {}, {}, {}
         for threads in thread_counts:
             note(f"{kind} updates and decoding at {threads} thread(s)")
-            (machine.train[kind][threads], machine.greedy[kind][threads],
-             machine.greedy[f"{kind}-test"][threads]) = time_abnet(params, vocab, down[0], threads, device, spec)
+            (machine.train[kind][threads], machine.greedy[kind][threads], machine.greedy[f"{kind}-test"][threads],
+             machine.precision[kind]) = time_abnet(params, vocab, down[0], threads, device, spec)
     if device.type == "cpu" and cores > 1:
         note(f"finetune updates at 1 thread, {cores - 1} beside it")
         alone = machine.train["finetune-downstream"][1]
@@ -527,9 +538,11 @@ def training_seconds(machine: Machine, kind: str, greedy_domain: str, cfg: Train
             + evals * (sentences * at(machine.greedy[greedy_domain], threads) + loss_batches * update / 3))
 
 
-def abnet_training_seconds(machine: Machine, kind: str, cfg: Training, threads: int, dev_sentences: int) -> float:
-    """An AB-Net family training run (`abnet_kind`) with its dev decoding at each evaluation."""
+def abnet_training_seconds(machine: Machine, kind: str, cfg: Training, threads: int, dev_sentences: int,
+                           timed_batch_tokens: int) -> float:
+    """An AB-Net family training run (`abnet_kind`) with its dev decoding at each evaluation; its updates priced
+    from the ones `time_abnet` timed at `timed_batch_tokens` (abnet.finetune's), in proportion to the batch."""
     evals = cfg.max_updates // max(cfg.eval_every, 1) + 2
-    update = at(machine.train[kind], threads)
+    update = at(machine.train[kind], threads) * cfg.batch_tokens / max(timed_batch_tokens, 1)
     sentences = min(cfg.dev_sentences, dev_sentences)
     return cfg.max_updates * update + evals * sentences * (at(machine.greedy[kind], threads) + update / 10)
