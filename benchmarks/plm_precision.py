@@ -23,24 +23,13 @@ from pathlib import Path
 
 import torch
 
-from vocabridge.config import Params, apply_profile, parse, validate
+from vocabridge.config import Params, profile_params
 from vocabridge.estimate import abnet_updater, mlm_updater, typical_pieces
 from vocabridge.nmt.precision import describe_cpu, resolve_bf16
 from vocabridge.plm import bert
 from vocabridge.training import Loss
 
 HERE = Path(__file__).resolve().parents[1]
-
-
-def load(profile: str | None) -> Params:
-    from vocabridge.config import load_params
-
-    if not profile:
-        return load_params(HERE / "params.yaml")
-    merged = apply_profile(HERE / "params.yaml", HERE / "profiles" / f"{profile}.yaml")
-    params = parse(Params, merged, "params")
-    validate(params)
-    return params
 
 
 def every_position_loss(trainer: bert.MlmTrainer, batch: dict[str, torch.Tensor]) -> Loss:
@@ -78,7 +67,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated: plm and/or abnets entries (default: all)")
     args = ap.parse_args()
-    params = load(args.profile)
+    params, _ = profile_params(HERE, args.profile)
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     auto = resolve_bf16("auto", device)

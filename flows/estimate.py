@@ -23,7 +23,7 @@ from pathlib import Path
 from flows.dag import ROW_GROUP, Dag, load_dag
 from flows.pipeline import cores as machine_cores
 from flows.pipeline import share_cores
-from vocabridge.config import Params, Training, apply_profile, parse, read_yaml, validate
+from vocabridge.config import Params, Training, profile_params
 from vocabridge.errors import ConfigError
 from vocabridge.estimate import (
     LATENCY_COST,
@@ -99,13 +99,6 @@ def simulate_flow(dag: Dag, seconds: dict[str, dict[int, float]], cores: int, jo
         now = running.pop(name)
         done.add(name)
     return out
-
-
-def profile_params(workspace: Path, profile: str | None) -> tuple[Params, dict]:
-    data = read_yaml(workspace / "params.yaml")
-    if profile:
-        data = apply_profile(workspace / "params.yaml", workspace / "profiles" / f"{profile}.yaml")
-    return validate(parse(Params, data, "params")), data
 
 
 def dag_for(workspace: Path, data: dict) -> Dag:

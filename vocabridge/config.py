@@ -670,6 +670,15 @@ def apply_profile(params_path: str | Path, profile_path: str | Path) -> dict:
     return merged
 
 
+def profile_params(root: str | Path, profile: str | None) -> tuple[Params, dict]:
+    """A project's params.yaml with profiles/PROFILE.yaml merged in (not written), validated; and its data."""
+    root = Path(root)
+    data = read_yaml(root / "params.yaml")
+    if profile:
+        data = apply_profile(root / "params.yaml", root / "profiles" / f"{profile}.yaml")
+    return validate(parse(Params, data, "params")), data
+
+
 def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
     """{'a': {'b': 1}} -> {'a.b': 1}: the key=value form of `dvc exp run -S`."""
     out: dict[str, Any] = {}
