@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from vocabridge.config import profile_params
+from vocabridge.config import PlmLanguage, profile_params
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.plm.bert import MlmTrainer, build_bert, encode_sentences, train_plm_tokenizer
 
@@ -44,7 +44,7 @@ def main() -> None:
             text += read_text_lines(corpora / "downstream" / f"{name}.{code}")
     held_out = read_text_lines(corpora / "downstream" / f"dev.{code}")
     scratch = Path(tempfile.mkdtemp(prefix="mlm-precision-"))
-    tokenizer = train_plm_tokenizer(text, params.plms[code].vocab_size if code in params.plms else 8000,
+    tokenizer = train_plm_tokenizer(text, params.plms.get(code, PlmLanguage()).vocab_size,
                                     scratch / "tokenizer")
     train = encode_sentences(tokenizer, text, params.plm.train.max_len)
     held = encode_sentences(tokenizer, held_out, params.plm.train.max_len)

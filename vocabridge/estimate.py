@@ -48,6 +48,7 @@ MEASUREMENT_LAYOUT = "7"  # bumped when what `measure` times changes (5: the tra
 #                            generator at every thread count; 7: the masked-LM and AB-Net updates in the precision
 #                            they train in, AB-Net's at abnet.finetune's batch): older cached figures are not reused
 TIMED_UPDATES = 3
+SPECIAL_IDS = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}  # the random BERTs' [CLS], [SEP], [MASK], [PAD]
 
 
 @dataclass
@@ -226,8 +227,7 @@ def abnet_updater(params: Params, vocab: int, pieces: int, device: torch.device,
     settings = params.abnet.sponsored
     sponsoring = family_for(spec.decoder).kind == "plm-nmt"
     teacher = BertForMaskedLM(config) if sponsoring and plm_sides(pretrained)[0] and settings.distill else None
-    special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
-    model = build_abnet(*berts, adapters, pretrained is True, spec.decoder, settings, teacher, special)
+    model = build_abnet(*berts, adapters, pretrained is True, spec.decoder, settings, teacher, SPECIAL_IDS)
     model = model.to(device).train()
     kind = model_kind(model)
     trainer = TRAINERS[kind](model, None, None, None, ([], []), cfg, UNUSED_CHECKPOINTS, {},
@@ -271,25 +271,24 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
     length = source.shape[1]
     decoding = params.abnet.decoding
     sentences = source[: decoding.batch_sentences]
-    special = {"cls": 2, "sep": 3, "mask": 4, "pad": 0}
     if enc or sponsored:  # random weights never emit [SEP]: every sentence runs to the length limit
         search = sponsored_beam_search if sponsored else beam_search
         searched = []
         for beam in (1, params.evaluate.beam):  # greedy dev BLEU, beam search at test time
-            search(model, sentences[:2], keep[:2], special, beam, max_len=4)  # warm-up
+            search(model, sentences[:2], keep[:2], SPECIAL_IDS, beam, max_len=4)  # warm-up
             _sync(device)
             started = time.perf_counter()
-            search(model, sentences, keep[: len(sentences)], special, beam, max_len=length - 2)
+            search(model, sentences, keep[: len(sentences)], SPECIAL_IDS, beam, max_len=length - 2)
             _sync(device)
             searched.append((time.perf_counter() - started) / len(sentences))
         return per_update, searched[0], searched[1], trainer.precision.name
-    mask_predict(model, sentences, keep[: len(sentences)], special, decoding.length_candidates, 1)  # warm-up
+    mask_predict(model, sentences, keep[: len(sentences)], SPECIAL_IDS, decoding.length_candidates, 1)  # warm-up
 
     def per_sentence(how) -> float:
         _sync(device)
         started = time.perf_counter()
         # random weights stop early; a trained model runs about half of its iterations (T/2)
-        mask_predict(model, sentences, keep[: len(sentences)], special, how.length_candidates,
+        mask_predict(model, sentences, keep[: len(sentences)], SPECIAL_IDS, how.length_candidates,
                      max(1, how.iterations // 2))
         _sync(device)
         return (time.perf_counter() - started) / len(sentences)
