@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import fnmatch
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 
 from flows.errors import FlowError
 from vocabridge.grid import Cell
@@ -35,6 +35,7 @@ class Stage:
     all_cores: bool = False  # torch threads = every core, not the share of the stages running beside it
     reports: tuple[str, ...] = ()  # metrics files and Markdown/CSV tables it declares (paths in the workspace)
     outs: tuple[str, ...] = ()
+    deps: tuple[str, ...] = ()  # the files and folders it reads (not its params)
 
     @property
     def group(self) -> str:
@@ -68,8 +69,9 @@ class Dag:
             depth[name] = 1 + max(ups) if ups else 0
         return depth
 
-    def startable(self, pending: list[str], done: set[str], slots: int) -> list[str]:
-        """The `slots` pending stages to start now: those whose upstream stages are done, deepest first.
+    def startable(self, pending: list[str], done: set[str], slots: int, running: list[str] = ()) -> list[str]:
+        """The `slots` pending stages to start now: those whose upstream stages are done, deepest first, and that
+        read or write nothing a `running` stage writes (DVC would refuse them: its locks are per path).
 
         Deepest first finishes what was started: a cell's evaluation runs before the next cell's fine-tune, so
         finished cells accumulate while a long grid runs and a run cut off loses the least. Ties keep DVC's order.
@@ -77,7 +79,35 @@ class Dag:
         depth = self.depth()
         ready = [n for n in self.order if n in set(pending)
                  and all(u in done for u in self.stages[n].upstream if u in self.stages)]
-        return sorted(ready, key=lambda n: -depth[n])[:max(0, slots)]
+        picked: list[str] = []
+        for name in sorted(ready, key=lambda n: -depth[n]):
+            if len(picked) >= slots:
+                break
+            if not any(self.conflict(busy, name) for busy in [*running, *picked]):
+                picked.append(name)
+        return picked
+
+    def conflict(self, a: str, b: str) -> bool:
+        """Whether two stages cannot run at once: one writes a path the other reads or writes (DVC's locks)."""
+        sa, sb = self.stages[a], self.stages[b]
+        return any(overlaps(out, path) for out in sa.outs for path in (*sb.deps, *sb.outs)) or \
+            any(overlaps(out, path) for out in sb.outs for path in sa.deps)
+
+    def narrow(self, needs: dict[str, list[str]]) -> Dag:
+        """Each stage of `needs` (stage -> the files it reads from a folder that several stages write into: a
+        row's upstream model, CBOW vectors and generator) waits only for the stages that write those files or its
+        other deps, not for every stage that writes into the folder. On a fresh machine the rows on the base
+        model then start before the other upstream models are trained (`select` with `rows` leaves out what only
+        the other rows need)."""
+        stages = dict(self.stages)
+        for name, files in needs.items():
+            stage = stages.get(name)
+            if stage is None:
+                continue
+            kept = tuple(u for u in stage.upstream
+                         if u not in self.stages or _needed(self.stages[u].outs, stage.deps, files))
+            stages[name] = replace(stage, upstream=kept)
+        return Dag(stages)
 
     def ancestors(self, name: str) -> set[str]:
         seen: set[str] = set()
@@ -133,8 +163,9 @@ class Dag:
 
         A cell's stages (`transfer@va-llm-3`) are kept when its row is among `rows` and its seed among `seeds`
         (either None: all); a dropped row's `row@ROW` goes too, and so does every stage that needs a dropped stage
-        (the report over every cell). Stages that are not a cell's (`prepare@upstream`, `upstream@NAME`,
-        `generator`) are untouched.
+        (the report over every cell), and so do the stages that only the dropped rows draw on (an upstream model
+        no kept row starts from). Other stages that are not a cell's (`prepare@upstream`, `generator`, `mismatch`)
+        are untouched.
         """
         keep = set(self.stages)
         if targets:
@@ -159,13 +190,62 @@ class Dag:
             for name in self.order:  # topological: a stage whose upstream was dropped is dropped
                 if name in dropped or set(self.stages[name].upstream) & dropped:
                     dropped.add(name)
+            resources = set().union(*(self.ancestors(n) for n in dropped if n.startswith(f"{ROW_GROUP}@")))
+            for name in reversed(self.order):  # and what only the dropped rows draw on (another upstream model)
+                users = [n for n, s in self.stages.items() if name in s.upstream and n in keep]
+                if name in resources and users and all(u in dropped for u in users):
+                    dropped.add(name)
             keep -= dropped
         return Dag({n: s for n, s in self.stages.items() if n in keep})
 
 
+def overlaps(a: str, b: str) -> bool:
+    """Whether one of two workspace paths is the other or lies inside it (DVC's lock conflict)."""
+    pa, pb = PurePosixPath(a), PurePosixPath(b)
+    return pa == pb or pa in pb.parents or pb in pa.parents
+
+
+def _needed(outs: tuple[str, ...], deps: tuple[str, ...], files: list[str]) -> bool:
+    """Whether a stage that writes `outs` must finish before a stage that reads `deps`, of which it draws on
+    `files` only: it writes one of those files, or a dep of the reader that is not just a part of a folder the
+    reader reads (outs the reader does not read at all, such as metrics, do not count)."""
+    for out in outs:
+        if any(overlaps(out, f) for f in files):
+            return True
+        read = [d for d in deps if overlaps(out, d)]
+        if read and not all(PurePosixPath(d) in PurePosixPath(out).parents for d in read):
+            return True
+    return False
+
+
+def stage_needs(workspace: Path) -> dict[str, list[str]]:
+    """What each row stage and the backtranslate stage draw on from the shared model folders (stages.row's
+    `resources`), from the workspace's params.yaml. A row whose config is wrong is left as DVC has it (its
+    stage says what is wrong)."""
+    from stages import _paths as paths
+    from stages.row import resources
+    from vocabridge.config import load_params
+    from vocabridge.errors import VocabridgeError
+
+    params = load_params(workspace / "params.yaml")
+    needs: dict[str, list[str]] = {}
+    for row in params.rows:
+        try:
+            needs[f"{ROW_GROUP}@{row}"] = [p.as_posix() for p in resources(row, params).values()]
+        except VocabridgeError:
+            continue
+    backward = params.backtranslation.upstream
+    # without a backward model it writes an empty corpus; it still reads the folder, which the base model makes
+    needs["backtranslate"] = [(paths.upstream(backward) if backward in params.upstreams
+                               else paths.PRETRAINED).as_posix()]
+    return needs
+
+
 def load_dag(workspace: Path) -> Dag:
-    """Read dvc.yaml (and any other pipeline files) of `workspace` with DVC's Repo API."""
+    """Read dvc.yaml (and any other pipeline files) of `workspace` with DVC's Repo API; a row waits for what it
+    draws on (`Dag.narrow`)."""
     import networkx as nx
+    from dvc.dependency.param import ParamsDependency
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
@@ -196,7 +276,8 @@ def load_dag(workspace: Path) -> Dag:
                     all_cores=bool(meta.get("all_cores", group in ALL_CORE_GROUPS)),
                     reports=reports,
                     outs=tuple(str(o.def_path) for o in stage.outs),
+                    deps=tuple(str(d.def_path) for d in stage.deps if not isinstance(d, ParamsDependency)),
                 )
     except DvcException as exc:
         raise FlowError(f"{workspace}: cannot read the DVC pipeline: {exc}") from exc
-    return Dag(stages)
+    return Dag(stages).narrow(stage_needs(workspace))

@@ -86,9 +86,7 @@ def simulate_flow(dag: Dag, seconds: dict[str, dict[int, float]], cores: int, jo
     while pending or running:
         ready = [n for n in pending if all(u in done for u in dag.stages[n].upstream if u in dag.stages)]
         shared, heavy_threads = dag.core_shares(cores, jobs, [*running, *ready])
-        for name in ready:
-            if len(running) >= jobs:
-                break
+        for name in dag.startable(pending, done, jobs - len(running), list(running)):
             threads = heavy_threads if dag.stages[name].all_cores else shared
             end = now + seconds[name][threads]
             running[name], out[name] = end, (now, end, threads)

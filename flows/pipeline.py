@@ -101,7 +101,7 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
             if any(u in failed or u in not_run for u in stage.upstream if u in dag.stages):
                 not_run.append(name)
                 del pending[name]
-        for name in dag.startable(list(pending), set(done), jobs - len(running)):
+        for name in dag.startable(list(pending), set(done), jobs - len(running), list(running)):
             stage, upstream = pending[name], [u for u in pending[name].upstream if u in dag.stages]
             opts = options(stage, retry_delay)
             if name in remote_names:

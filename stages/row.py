@@ -13,6 +13,7 @@ hashing.
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 from stages import _cells as cells
 from stages import _paths as paths
@@ -49,8 +50,10 @@ def condition(params, knobs, family: str) -> dict:
             "sides": knobs.sides}
 
 
-def main(argv: list[str]) -> None:
-    row, params = cells.row_stage_args(__doc__, argv)
+def resources(row: str, params) -> dict[str, Path]:
+    """The files a row's method draws on, by role (`upstream`, `cbow.de`, `generator`), and why a row's config
+    cannot run; read by this stage and by the flow, which starts a row once these exist, not once every upstream
+    model does."""
     method, knobs = get_method(row, params.rows), knobs_for(row, params.rows)
     if method.family == "abnet" and knobs.upstream not in params.abnets:
         raise ConfigError(f"params.yaml: rows.{row}.upstream: '{knobs.upstream}' is not an AB-Net model; add "
@@ -71,6 +74,13 @@ def main(argv: list[str]) -> None:
     if knobs.backtranslated and params.backtranslation.upstream not in params.upstreams:
         raise ConfigError(f"params.yaml: rows.{row}.backtranslated: the backtranslate stage needs its backward model "
                           f"upstreams.{params.backtranslation.upstream} (reverse: true)")
+    return files
+
+
+def main(argv: list[str]) -> None:
+    row, params = cells.row_stage_args(__doc__, argv)
+    method, knobs = get_method(row, params.rows), knobs_for(row, params.rows)
+    files = resources(row, params)
     for key, path in files.items():
         if not path.is_file():
             raise InputError(f"{path}: missing ({key} of rows.{row}); run the stage that makes it (`dvc repro`)")

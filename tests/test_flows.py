@@ -178,6 +178,48 @@ def test_the_deepest_ready_stage_starts_first_so_cells_finish_one_by_one():
     assert dag.startable(["report"], set(), 2) == [] and dag.startable(list(dag.order), set(), 0) == []
 
 
+def test_a_row_waits_for_what_it_draws_on_not_for_every_upstream_model(tmp_path):
+    """dvc.yaml's row@ROW reads the whole data/models/upstream folder; the flow starts a row once its own upstream
+    model (and CBOW vectors, generator) exist, so that on a fresh machine the base model's rows need not wait for
+    the FT-tgtV, MDL and backward pretrainings; `--rows` leaves out the pretrainings only other rows need."""
+    dag = load_dag(copy_project(tmp_path / "project", profile="sato"))
+    assert dag.stages["row@ft-srcv"].upstream == ("cbow", "generator", "pretrain")
+    assert dag.stages["row@va-llm-bt"].upstream == ("cbow", "generator", "pretrain")
+    assert dag.stages["row@ft-tgtv"].upstream == ("cbow", "generator", "upstream@ft-tgtv")
+    assert dag.stages["row@mdl"].upstream == ("cbow", "generator", "upstream@mdl")
+    assert "upstream@backward" in dag.stages["backtranslate"].upstream
+    assert not {"upstream@ft-tgtv", "upstream@mdl", "pretrain"} & set(dag.stages["backtranslate"].upstream)
+    base_rows = dag.select(rows=["ft-srcv", "va-llm"], seeds=[2])
+    assert {"pretrain", "upstream@backward", "backtranslate", "finetune@va-llm-2"} <= set(base_rows.order)
+    assert not {"upstream@ft-tgtv", "upstream@mdl"} & set(base_rows.order)  # only row@ft-tgtv, row@mdl need them
+    assert {"upstream@ft-tgtv", "upstream@mdl"} <= set(dag.select(rows=["ft-tgtv", "mdl"]).order)
+    assert {"upstream@ft-tgtv", "upstream@mdl", "mismatch"} <= set(dag.select(seeds=[2]).order)
+
+    # a row reads the folder the other pretrainings write into: DVC's lock refuses it while one of them runs
+    assert dag.conflict("upstream@mdl", "row@ft-srcv") and dag.conflict("row@ft-srcv", "upstream@mdl")
+    assert not dag.conflict("upstream@mdl", "cbow") and not dag.conflict("upstream@mdl", "upstream@ft-tgtv")
+    pending = ["row@ft-srcv", "row@va-llm", "upstream@ft-tgtv"]
+    done = set(dag.order) - set(pending) - {"upstream@mdl"}
+    assert dag.startable(pending, done, 2, running=["upstream@mdl"]) == ["upstream@ft-tgtv"]
+    assert set(dag.startable(pending, done | {"upstream@mdl"}, 2)) == {"row@ft-srcv", "row@va-llm"}
+    # two stages picked together must not conflict either
+    assert dag.startable(["upstream@ft-tgtv", "row@ft-srcv"], done | {"upstream@mdl"}, 2) == ["row@ft-srcv"]
+
+
+def test_a_row_with_a_wrong_config_keeps_dvc_s_edges_and_its_stage_says_why(tmp_path):
+    project = copy_project(tmp_path / "project", profile="sato")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["rows"]["ft-srcv"] = {"upstream": "nosuch"}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    dag = load_dag(project)
+    assert dag.stages["row@ft-srcv"].upstream == (
+        "cbow", "generator", "pretrain", "upstream@backward", "upstream@ft-tgtv", "upstream@mdl")
+    assert dag.stages["row@va-llm"].upstream == ("cbow", "generator", "pretrain")
+    proc = run([sys.executable, "-m", "stages.row", "ft-srcv"], project)
+    assert proc.returncode != 0
+    assert "rows.ft-srcv.upstream: 'nosuch' is not an upstream model" in proc.stderr
+
+
 TOY_GRID = {"stages": {
     "row": {"foreach": "${rows}", "do": {"cmd": "echo ${key} > data/rows/${key}.txt",
                                          "outs": ["data/rows/${key}.txt"]}},
