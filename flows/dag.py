@@ -36,6 +36,9 @@ class Stage:
     reports: tuple[str, ...] = ()  # metrics files and Markdown/CSV tables it declares (paths in the workspace)
     outs: tuple[str, ...] = ()
     deps: tuple[str, ...] = ()  # the files and folders it reads (not its params)
+    # stages DVC runs first that write into a folder it reads but not what it draws on (`Dag.narrow`): the flow
+    # does not wait for them, and runs it again (seconds) when one of them finishes after it, so dvc.lock is current
+    after: tuple[str, ...] = ()
 
     @property
     def group(self) -> str:
@@ -106,8 +109,14 @@ class Dag:
                 continue
             kept = tuple(u for u in stage.upstream
                          if u not in self.stages or _needed(self.stages[u].outs, stage.deps, files))
-            stages[name] = replace(stage, upstream=kept)
+            stages[name] = replace(stage, upstream=kept,
+                                   after=tuple(u for u in stage.upstream if u not in kept))
         return Dag(stages)
+
+    def rerun_after(self, finished: str, done: set[str]) -> list[str]:
+        """The stages in `done` to run again now that `finished` did: it wrote into a folder they read (their
+        `after`), so DVC sees them changed; they rehash and rewrite the same file, and their cells stay as they are."""
+        return [n for n in self.order if n in done and finished in self.stages[n].after]
 
     def ancestors(self, name: str) -> set[str]:
         seen: set[str] = set()

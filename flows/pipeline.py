@@ -130,6 +130,10 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
             done[name] = future.result()
             if record:
                 record.finish(done[name])
+            for again in dag.rerun_after(name, set(done)):
+                if again not in pending and again not in running:
+                    logger.info("%s: %s wrote into a folder it reads; running it again", again, name)
+                    pending[again] = dag.stages[again]
         except Exception as exc:  # the task's own error, after its retries
             failed[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             logger.error("%s", failed[name])

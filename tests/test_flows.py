@@ -202,6 +202,10 @@ def test_a_row_waits_for_what_it_draws_on_not_for_every_upstream_model(tmp_path)
     done = set(dag.order) - set(pending) - {"upstream@mdl"}
     assert dag.startable(pending, done, 2, running=["upstream@mdl"]) == ["upstream@ft-tgtv"]
     assert set(dag.startable(pending, done | {"upstream@mdl"}, 2)) == {"row@ft-srcv", "row@va-llm"}
+    # a row that ran before another upstream model was trained runs again after it (DVC sees the folder changed)
+    assert dag.stages["row@ft-srcv"].after == ("upstream@backward", "upstream@ft-tgtv", "upstream@mdl")
+    assert dag.rerun_after("upstream@mdl", {"row@ft-srcv", "row@mdl", "cbow"}) == ["row@ft-srcv"]
+    assert dag.rerun_after("upstream@mdl", {"cbow"}) == [] and dag.rerun_after("pretrain", {"row@ft-srcv"}) == []
     # two stages picked together must not conflict either
     assert dag.startable(["upstream@ft-tgtv", "row@ft-srcv"], done | {"upstream@mdl"}, 2) == ["row@ft-srcv"]
 
@@ -360,6 +364,28 @@ def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_copy):
     everything = load_dag(project).order  # the first sitting ran the whole DAG
     assert {name: stage["outcome"] for name, stage in record["stages"].items()} == {n: "ran" for n in everything}
     assert len(record["sittings"]) == 2 and all(record["stages"][n]["seconds"] > 0 for n in everything)
+
+
+@e2e
+def test_a_new_upstream_model_leaves_the_other_rows_cells_alone_and_dvc_lock_current(flow_copy):
+    """A row added on a new upstream model (FT-tgtV) trains it; ft-srcv's row stage, which reads the folder that
+    model lands in, runs again after it (DVC sees the folder changed), rewrites the same file, and its cell is up
+    to date: at the end `dvc status` finds nothing to run for either row."""
+    project = flow_copy
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["upstreams"] = {"ft-tgtv": {"vocab": "downstream"}}
+    params["rows"]["ft-tgtv"] = {}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["git", "commit", "-qam", "ft-tgtv"], project)
+    row_file = (project / "data/rows/ft-srcv.json").read_bytes()
+    table = pipeline(workspace=str(project), rows=["ft-srcv", "ft-tgtv"], estimate=False)
+    outcomes = stage_table(table)
+    assert outcomes["upstream@ft-tgtv"] == "ran" and outcomes["evaluate@ft-tgtv-1"] == "ran"
+    assert outcomes["row@ft-srcv"] == "ran" and outcomes["finetune@ft-srcv-1"] == "up-to-date"
+    assert (project / "data/rows/ft-srcv.json").read_bytes() == row_file
+    status = run(["dvc", "status", "row@ft-srcv", "row@ft-tgtv", "evaluate@ft-srcv-1", "evaluate@ft-tgtv-1"],
+                 project)
+    assert status.returncode == 0 and "changed" not in status.stdout, status.stdout
 
 
 @e2e
