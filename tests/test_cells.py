@@ -122,6 +122,10 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
                   UP_C[:12], str(a), str(b), "in-domain: no finished cell", "ft-tgtv-random: seed(s) 5",
                   "other knobs", "1234567890ab+"):
         assert shown in text, shown
+    # seed 4 is split: ft-tgtv-random's cell started from other weights of the base model than the seed's others
+    assert (f"| 4 | base | {UP_B[:12]} | 2 | ft-srcv, va-llm |\n| 4 | base | {UP_C[:12]} | 1 | ft-tgtv-random |"
+            in text)
+    assert "| 1 | base |" not in text.split("### Seeds split across upstream models")[1]
     # what the cells cost on each machine: set A's 9 fine-tunes of 660-780 s (1.8 h, median 12 min)
     assert "| Test Xeon (AVX2, bf16 no) | 9 | 3 | 1-3 | 9 | 1.8 | 12 | 1 |" in text
     # the answer first: the papers' tables, one line per grid row, the plots, then the appendix
@@ -223,6 +227,7 @@ def test_records_of_another_test_set_are_left_out(tmp_path):
     built = grid_report(gathered, ["ft-srcv"], REFS, Report(bootstrap_samples=50), seeds=[1, 2])
     assert len(built.tables["cells"]) == 1 and "another test set" in built.left_out[0][1]
     assert "ft-srcv: seed(s) 1" in built.markdown
+    assert "None: each seed's cells of an upstream model started from the same weights." in built.markdown
 
 
 def test_no_finished_cell_is_a_report_that_says_so(tmp_path):

@@ -1003,6 +1003,24 @@ def machines_table(cells: pd.DataFrame) -> str:
     return to_markdown(pd.DataFrame(lines))
 
 
+def split_seeds_markdown(cells: pd.DataFrame) -> str:
+    """The seeds whose cells of one upstream model (by name) started from different weights: a machine trains its
+    own, so a workspace lost in the middle of a seed leaves its cells on the old weights and the rest of the seed on
+    the new. Those cells do not pair with the others (a comparison of their rows is Welch over every seed); the
+    table names them, to run again beside the rest of the seed."""
+    lines = []
+    for (seed, name), part in cells.groupby(["seed", cells["upstream"].fillna("unknown")], sort=True):
+        if part["upstream_sha256"].nunique() > 1:
+            lines += [{"seed": seed, "upstream": name, "upstream_sha256": str(sha)[:12], "cells": len(group),
+                       "rows": ", ".join(sorted(group["row"]))}
+                      for sha, group in part.groupby(part["upstream_sha256"].fillna("unknown"), sort=True)]
+    if not lines:
+        return "None: each seed's cells of an upstream model started from the same weights."
+    return ("Cells of one seed on different weights of the same upstream model do not pair; a comparison of their "
+            "rows is unpaired (Welch) over every seed. Run the fewer again beside the rest of the seed "
+            "(docs/profiles.md, \"The papers' studies\").\n\n" + to_markdown(pd.DataFrame(lines)))
+
+
 def provenance_markdown(cells: pd.DataFrame, rows: Sequence[str], by_row: dict[str, list[CellRecord]],
                         missing_rows: list[str], left_out: list[tuple[Path, str]], seeds: Sequence[int]) -> str:
     """The appendix: which cells folders, machines, upstream models (sha256 prefixes) and commits the cells came
@@ -1019,6 +1037,7 @@ def provenance_markdown(cells: pd.DataFrame, rows: Sequence[str], by_row: dict[s
                 "### Machines, and what the cells cost on each", machines_table(cells),
                 "### Upstream models (sha256 of the weights the cells started from)",
                 by("upstream_sha256", "upstream_sha256", lambda v: v[:12]),
+                "### Seeds split across upstream models", split_seeds_markdown(cells),
                 "### Code commits", by("commit", "commit", lambda v: v[:12] + ("+" if v.endswith("+") else ""))]
     unfinished = [f"{row}: seed(s) {_seed_list(sorted(set(seeds) - {r.seed for r in by_row[row]}))}"
                   for row in by_row if set(seeds) - {r.seed for r in by_row[row]}]
