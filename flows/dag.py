@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import warnings
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
@@ -72,7 +73,7 @@ class Dag:
             depth[name] = 1 + max(ups) if ups else 0
         return depth
 
-    def startable(self, pending: list[str], done: set[str], slots: int, running: list[str] = ()) -> list[str]:
+    def startable(self, pending: list[str], done: set[str], slots: int, running: Sequence[str] = ()) -> list[str]:
         """The `slots` pending stages to start now: those whose upstream stages are done, deepest first, and that
         read or write nothing a `running` stage writes (DVC would refuse them: its locks are per path).
 
@@ -167,21 +168,22 @@ class Dag:
         return found
 
     def select(self, targets: list[str] | None = None, rows: list[str] | None = None,
-               seeds: list[int] | None = None) -> Dag:
-        """The sub-DAG for `targets` (with their ancestors) restricted to the cells of `rows` and `seeds`.
+               seeds: list[int] | None = None, skip: Collection[Cell] = ()) -> Dag:
+        """The sub-DAG for `targets` (with their ancestors) restricted to the cells of `rows` and `seeds`, less the
+        cells of `skip` (those a study has committed already).
 
         A cell's stages (`transfer@va-llm-3`) are kept when its row is among `rows` and its seed among `seeds`
-        (either None: all); a dropped row's `row@ROW` goes too, and so does every stage that needs a dropped stage
-        (the report over every cell), and so do the stages that only the dropped rows draw on (an upstream model
-        no kept row starts from). Other stages that are not a cell's (`prepare@upstream`, `generator`, `mismatch`)
-        are untouched.
+        (either None: all) and it is not skipped; a dropped row's `row@ROW` goes too (so does a row whose cells are
+        all skipped), and so does every stage that needs a dropped stage (the report over every cell), and so do
+        the stages that only the dropped rows draw on (an upstream model no kept row starts from). Other stages that
+        are not a cell's (`prepare@upstream`, `generator`, `mismatch`) are untouched.
         """
         keep = set(self.stages)
         if targets:
             keep = set()
             for name in self.match(targets):
                 keep |= {name} | self.ancestors(name)
-        if rows or seeds:
+        if rows or seeds or skip:
             cells = self.cells()
             known_rows = self.rows
             known_seeds = sorted({c.seed for c in cells.values()})
@@ -194,8 +196,10 @@ class Dag:
                 raise FlowError(f"unknown seed {unknown_seeds[0]!r} (seeds in dvc.yaml: "
                                 f"{', '.join(map(str, known_seeds)) or 'none'})")
             dropped = {name for name, cell in cells.items()
-                       if (rows and cell.row not in rows) or (seeds and cell.seed not in seeds)}
-            dropped |= {f"{ROW_GROUP}@{row}" for row in known_rows if rows and row not in rows}
+                       if (rows and cell.row not in rows) or (seeds and cell.seed not in seeds) or cell in skip}
+            left = {cell.row for name, cell in cells.items() if name not in dropped}
+            dropped |= {f"{ROW_GROUP}@{row}" for row in known_rows
+                        if (rows and row not in rows) or (skip and row not in left)}
             for name in self.order:  # topological: a stage whose upstream was dropped is dropped
                 if name in dropped or set(self.stages[name].upstream) & dropped:
                     dropped.add(name)

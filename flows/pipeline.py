@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -26,12 +27,14 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
-from flows import experiment
+from flows import experiment, study
 from flows.dag import Dag, Stage, load_dag
 from flows.dvcrun import StageRun, dvc_ok, git, repro_stage, restore_lock
 from flows.errors import FlowError, StageError
 from flows.record import RunRecord
 from flows.report import markdown, stages_table
+from vocabridge.config import load_params
+from vocabridge.grid import Cell
 from vocabridge.ledger import RUN_RECORD
 
 
@@ -81,11 +84,13 @@ def options(stage: Stage, retry_delay: float) -> dict:
 
 
 def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay: float, lock_timeout: float,
-            remote: dict | None = None, record: RunRecord | None = None) -> list[StageRun]:
+            remote: dict | None = None, record: RunRecord | None = None,
+            finished: Callable[[str], None] | None = None) -> list[StageRun]:
     """Submit each stage once its upstream stages succeeded, at most `jobs` at once; fail like `dvc repro -k`.
 
     Branches that do not depend on a failed stage still run, so everything that can be cached is. `record`
-    hears of every start and end, and is saved once a minute besides, so a run cut off still leaves its cost.
+    hears of every start and end, and is saved once a minute besides, so a run cut off still leaves its cost;
+    `finished` hears of every stage that succeeded (a failure of its own is logged, and the run goes on).
     """
     logger = get_run_logger()
     pending = dict(dag.stages)
@@ -139,6 +144,12 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
             logger.error("%s", failed[name])
             if record:
                 record.fail(name)
+            continue
+        if finished:
+            try:
+                finished(name)
+            except Exception as exc:  # e.g. a results folder that cannot be written: the stages go on
+                logger.warning("after %s: %s", name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     runs = [done[n] for n in dag.order if n in done]
     if failed:
         first = next(n for n in dag.order if n in failed)
@@ -148,6 +159,19 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
             or not_run else ""
         raise StageError(f"{failed[first]}{rest}")
     return runs
+
+
+def held_cells(dag: Dag, workspace: Path, results: Path) -> set[Cell]:
+    """The cells of `dag` that the study's results folder holds already under today's params (`--missing`); says
+    in the log how many, and where a seed's committed cells ran on another upstream model than this workspace's."""
+    logger = get_run_logger()
+    selected = set(dag.cells().values())
+    committed = study.committed(workspace, results, selected)
+    for line in committed.warnings:
+        logger.warning("%s", line)
+    held = selected & set(committed.cells)
+    logger.info("%s holds %d of the %d selected cells; the flow runs the others", results, len(held), len(selected))
+    return held
 
 
 def remote_settings(workspace: Path, patterns: list[str] | None, deployment: str, git_url: str | None) -> dict | None:
@@ -202,7 +226,8 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
              seeds: list[int] | None = None, overrides: list[str] | None = None, targets: list[str] | None = None,
              force: bool = False, experiment_name: str | None = None, jobs: int = 0, retry_delay: float = 10.0,
              lock_timeout: float = 600.0, remote_stages: list[str] | None = None,
-             stage_deployment: str = "vocabridge-stage/gpu", git_url: str | None = None, estimate: bool = True) -> str:
+             stage_deployment: str = "vocabridge-stage/gpu", git_url: str | None = None, estimate: bool = True,
+             missing: str | None = None, collect: str | None = None) -> str:
     """Run the DAG of dvc.yaml (or the part that `targets`, `rows` and `seeds` select) and return the report table.
 
     `rows` and `seeds` keep the grid's cells of those rows and seeds (`Dag.select`); a selection that leaves
@@ -214,6 +239,11 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
     (`stage_threads`), since on a CPU two one-thread trainings outrun one two-thread training. `estimate`: log
     what the run should cost first (`vocabridge estimate`; it times training updates, about half a minute on a
     busy CPU, where the figures are not cached).
+
+    A study that adds up across sessions: `missing` (a results folder; "" for results/PROFILE) runs only the
+    selected cells it does not hold yet, with today's knobs and condition (warning where a seed's committed cells
+    ran on another upstream model than this workspace's: they would not pair), and `collect` (the same) copies each
+    cell into it as soon as its evaluation finished (`vocabridge results --cells`), ready to commit.
     """
     logger = get_run_logger()
     jobs = share_cores(jobs)
@@ -229,7 +259,24 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
         logger.info("experiment %s in %s: profile=%s overrides=%s", name, run_ws, profile, overrides)
     try:
         restore_lock(run_ws, logger.warning)
-        dag = load_dag(run_ws).select(targets, rows, seeds)
+        full = load_dag(run_ws)
+        dag = full.select(targets, rows, seeds)
+        profile_name = load_params(run_ws / "params.yaml").profile
+        if missing is not None:
+            results = study.results_folder(ws, missing, profile_name)
+            held = held_cells(dag, run_ws, results)
+            if held and held == set(dag.cells().values()):
+                return f"nothing to run: {results} holds every selected cell"
+            dag = full.select(targets, rows, seeds, skip=held)
+        grid = dag.cells()
+        into = study.results_folder(ws, collect, profile_name) if collect is not None else None
+
+        def copy_cells(name: str) -> None:  # after each stage: a cell's evaluation lands in the results folder
+            if into is not None and name.startswith("evaluate@") and name in grid:
+                copied = study.collect(run_ws, into)
+                if copied:
+                    logger.info("%s: %s", into / "cells", ", ".join(c.name for c in copied))
+
         remote = remote_settings(run_ws, remote_stages, stage_deployment, git_url)
         if remote and is_experiment:
             raise FlowError("remote_stages with overrides or a profile is not supported yet; run the "
@@ -238,7 +285,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
         est = log_estimate(dag, run_ws, jobs) if estimate else None
         forced = set(dag.match(targets) if targets else dag.order) if force else set()
         record = RunRecord(run_ws / RUN_RECORD, est, jobs, cores())
-        runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record)
+        runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record, copy_cells)
         record.save()
         title = f"vocabridge experiment {name}" if is_experiment else "vocabridge"
         table = markdown(dag, run_ws, runs, title)
@@ -256,7 +303,6 @@ def log_estimate(dag: Dag, workspace: Path, jobs: int):
     """Print what the run should cost on this machine before it starts (`vocabridge estimate`'s table); the
     estimate, or None where it could not be made."""
     from flows.estimate import estimate_dag, format_estimate
-    from vocabridge.config import load_params
 
     logger = get_run_logger()
     try:
@@ -305,6 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=0,
                         help="stages at once (DVC locks per output); 0: one per core, 2 to 4")
     parser.add_argument("--sweep", nargs="+", metavar=("KEY", "VALUE"), help="KEY V1 V2 ...: one experiment each")
+    parser.add_argument("--missing", nargs="?", const="", metavar="RESULTS",
+                        help="only the selected cells that the study's results folder (default results/PROFILE) "
+                             "does not hold yet")
+    parser.add_argument("--collect", nargs="?", const="", metavar="RESULTS",
+                        help="copy each finished cell into the results folder (default results/PROFILE) at once")
     parser.add_argument("--no-estimate", dest="estimate", action="store_false",
                         help="start without logging what the run should cost (it times training updates first)")
     args = vars(parser.parse_args(argv))

@@ -22,7 +22,7 @@ from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
-from vocabridge.grid import condition_digest, knobs_digest, read_cells, text_digest
+from vocabridge.grid import Gathered, condition_digest, knobs_digest, read_cells, text_digest
 from vocabridge.report import HeldOut, grid_report, write_report
 from vocabridge.significance import clusters_from_ids
 from vocabridge.transfer import finetune_training, get_method, knobs_for, resolved_knobs
@@ -35,9 +35,7 @@ def main(argv: list[str]) -> None:
     lang, rows = params.lang, params.rows
     refs = read_text_lines(paths.CORPORA / "downstream" / f"test.{lang.tgt}")
     mismatch = json.loads((paths.REPORTS / "mismatch.json").read_text(encoding="utf-8"))
-    expected = {row: knobs_digest(resolved_knobs(row, rows)) for row in rows}
-    gathered = read_cells([RESULTS / params.profile / "cells", paths.CELLS], expected, test_digest=text_digest(refs),
-                          conditions={row: condition(params, row) for row in rows})
+    gathered = gather(params, [RESULTS / params.profile / "cells", paths.CELLS], refs)
     adapted = {row for row in rows  # new tokens on the base model: their zero-shot figures compare
                if get_method(row, rows).vocabulary == "downstream" and knobs_for(row, rows).upstream == "base"}
     test_ids = paths.CORPORA / "downstream" / "test.ids"
@@ -49,6 +47,14 @@ def main(argv: list[str]) -> None:
     with atomic_dir(paths.REPORTS / "results") as tmp:
         write_report(built, tmp)
     print(built.markdown)
+
+
+def gather(params, folders: list[Path], refs: list[str] | None) -> Gathered:
+    """The grid's cells found in `folders` (later ones win) that pool under today's params: the row's knobs, its
+    fine-tune's condition and, given `refs`, the test set; the flow's `--missing` reads the same."""
+    expected = {row: knobs_digest(resolved_knobs(row, params.rows)) for row in params.rows}
+    return read_cells(folders, expected, test_digest=None if refs is None else text_digest(refs),
+                      conditions={row: condition(params, row) for row in params.rows})
 
 
 def condition(params, row: str) -> str:

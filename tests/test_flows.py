@@ -10,6 +10,7 @@ from tests.flows_helpers import quiet_prefect_home
 PREFECT_HOME = quiet_prefect_home()  # before prefect is imported
 
 import json  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -159,6 +160,67 @@ def test_rows_and_seeds_select_the_grid_s_cells():
         dag.select(seeds=[4])
 
 
+def test_cells_a_study_holds_already_are_skipped_with_what_only_they_need(tmp_path):
+    """`--missing`: the cells a results folder holds leave the DAG; a row with none left goes, and so does an
+    upstream model that only its cells drew on, while a row with a cell left keeps its row stage."""
+    dag = grid_dag(["ft-srcv", "va-llm"], [1, 2])
+    left = dag.select(skip={Cell("ft-srcv", 1), Cell("ft-srcv", 2), Cell("va-llm", 1)})
+    assert set(left.cells().values()) == {Cell("va-llm", 2)} and "row@ft-srcv" not in left.order
+    assert {"row@va-llm", "pretrain", "generator"} <= set(left.order) and "report" not in left.order
+    assert set(dag.select(seeds=[1], skip={Cell("va-llm", 2)}).cells().values()) == {
+        Cell("ft-srcv", 1), Cell("va-llm", 1)}
+    sato = load_dag(copy_project(tmp_path / "project", profile="sato"))
+    done = {Cell(row, seed) for row in ("ft-tgtv", "mdl") for seed in (1, 2, 3, 4, 5)}
+    rest = sato.select(skip=done)
+    assert not {"row@ft-tgtv", "row@mdl", "upstream@ft-tgtv", "upstream@mdl"} & set(rest.order)
+    assert {"pretrain", "upstream@backward", "row@va-llm", "evaluate@va-llm-5"} <= set(rest.order)
+    assert {"upstream@mdl", "evaluate@mdl-5"} <= set(sato.select(skip=done - {Cell("mdl", 5)}).order)
+
+
+def test_a_study_s_committed_cells_count_under_today_s_knobs_and_a_split_seed_is_named(tmp_path):
+    """`flows.study.committed`: a committed record with today's knobs and condition counts (one of other knobs does
+    not), and a cell still to run of a seed whose cells ran on another base model than this workspace's is named:
+    it would not pair with them."""
+    from flows.study import committed
+    from stages import _paths as paths
+    from stages.report import condition
+    from stages.row import resources
+    from vocabridge.config import load_params
+    from vocabridge.fileio import sha256_file
+    from vocabridge.grid import knobs_digest
+    from vocabridge.transfer import resolved_knobs
+
+    project = copy_project(tmp_path / "project", profile="sato")
+    params = load_params(project / "params.yaml")
+    results = tmp_path / "results"
+
+    def record(row: str, seed: int, sha: str, knobs: str | None = None) -> None:
+        folder = results / "cells" / Cell(row, seed).path
+        folder.mkdir(parents=True)
+        (folder / "record.json").write_text(json.dumps({
+            "row": row, "seed": seed, "metrics": {"bleu": 10.0}, "upstream": {"name": "base", "sha256": sha},
+            "knobs_digest": knobs or knobs_digest(resolved_knobs(row, params.rows)),
+            "condition_digest": condition(params, row)}))
+
+    record("ft-srcv", 4, "a" * 64)
+    record("va-llm", 4, "a" * 64, knobs="other")
+    held = committed(project, results, [Cell("ft-srcv", 4), Cell("va-llm", 4), Cell("in-domain", 5)])
+    assert set(held.cells) == {Cell("ft-srcv", 4)}  # va-llm-4 ran other knobs: to run again
+    assert held.warnings == ["seed 4: its committed cells ran on upstream model 'base' aaaaaaaa, which this "
+                             "workspace has not trained yet: va-llm will not pair with them (run a seed whole on "
+                             "one machine)"]
+    weights = project / resources("va-llm", params)["upstream"]
+    assert weights == project / paths.PRETRAINED / "model.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"this machine's base model")
+    ours = sha256_file(weights)
+    (warning,) = committed(project, results, [Cell("va-llm", 4)]).warnings
+    assert f"'base' aaaaaaaa, this workspace's is {ours[:8]}: va-llm will not pair" in warning
+    shutil.rmtree(results / "cells" / "ft-srcv")
+    record("ft-srcv", 4, ours)  # the seed's cells on this machine's model: they pair, nothing to say
+    assert committed(project, results, [Cell("va-llm", 4), Cell("mdl", 4)]).warnings == []
+
+
 def test_the_deepest_ready_stage_starts_first_so_cells_finish_one_by_one():
     dag = grid_dag(["ft-srcv", "va-llm"], [1, 2])
     order, done, pending = [], set(), list(dag.order)
@@ -284,8 +346,11 @@ def test_the_cli_and_the_deployments_select_by_rows_and_seeds(monkeypatch):
     monkeypatch.setattr(fp, "sweep", lambda **kwargs: calls.append(("sweep", kwargs)) or ["t1"])
     assert fp.main(["--rows", "va-llm", "ft-srcv", "--seeds", "1", "2", "--no-estimate"]) == 0
     assert fp.main(["--sweep", "rows.va-llm.k", "1", "5", "--rows", "va-llm", "--seeds", "1"]) == 0
-    (_, run_args), (_, sweep_args) = calls
+    assert fp.main(["--seeds", "4", "--missing", "--collect", "../main/results/sato"]) == 0
+    (_, run_args), (_, sweep_args), (_, study_args) = calls
     assert run_args["rows"] == ["va-llm", "ft-srcv"] and run_args["seeds"] == [1, 2] and not run_args["estimate"]
+    assert run_args["missing"] is None and run_args["collect"] is None
+    assert study_args["missing"] == "" and study_args["collect"] == "../main/results/sato"  # "": results/PROFILE
     assert sweep_args["key"] == "rows.va-llm.k" and sweep_args["values"] == ["1", "5"]
     assert sweep_args["rows"] == ["va-llm"] and sweep_args["seeds"] == [1]
     flows = {"flows/pipeline.py:pipeline": pipeline, "flows/pipeline.py:sweep": sweep}
@@ -364,6 +429,27 @@ def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_copy):
     everything = load_dag(project).order  # the first sitting ran the whole DAG
     assert {name: stage["outcome"] for name, stage in record["stages"].items()} == {n: "ran" for n in everything}
     assert len(record["sittings"]) == 2 and all(record["stages"][n]["seconds"] > 0 for n in everything)
+
+
+@e2e
+def test_a_study_runs_only_the_cells_its_results_folder_lacks_and_collects_each_as_it_lands(flow_copy):
+    """`--collect` copies each cell into results/PROFILE/cells as its evaluation finishes; `--missing` then finds
+    nothing to run, and after a cell is lost from the folder runs that cell's stages only and collects it again."""
+    from vocabridge.config import load_params
+
+    project = flow_copy
+    results = project / "results" / load_params(project / "params.yaml").profile
+    grid = load_dag(project).cells()
+    every = set(grid.values())
+    pipeline(workspace=str(project), collect="", estimate=False)  # up to date: each evaluation is looked up
+    assert {Cell(p.parent.parent.name, int(p.parent.name[1:])) for p in results.glob("cells/*/s*/record.json")} == every
+    assert pipeline(workspace=str(project), missing="", estimate=False) == \
+        f"nothing to run: {results} holds every selected cell"
+    lost = sorted(every, key=lambda c: c.name)[0]
+    shutil.rmtree(results / "cells" / lost.path)
+    table = pipeline(workspace=str(project), missing="", collect="", estimate=False)
+    assert {grid[n] for n in stage_table(table) if n in grid} == {lost}  # no other cell's stage
+    assert (results / "cells" / lost.path / "record.json").is_file()
 
 
 @e2e

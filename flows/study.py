@@ -1,0 +1,71 @@
+"""A study's cells across sessions and machines: which cells of the grid its results folder holds already (the
+flow's `--missing` runs only the others) and the finished cells copied into it as they come (`--collect`), so
+that a session cut off keeps every cell it finished."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vocabridge.grid import Cell, CellRecord, commit_cells
+from vocabridge.ledger import CELLS
+
+
+def results_folder(workspace: Path, folder: str | None, profile: str) -> Path:
+    """The study's results folder: `folder` (relative to the workspace), or the workspace's results/PROFILE."""
+    return (workspace / folder).resolve() if folder else workspace / "results" / profile
+
+
+@dataclass
+class Committed:
+    """The cells a results folder holds that pool under the workspace's params, and warnings for the cells still to
+    run of a seed whose other cells ran on another upstream model than the workspace's."""
+
+    cells: dict[Cell, CellRecord]
+    warnings: list[str]
+
+
+def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed:
+    """The cells of `results`/cells with today's knobs, condition and test set (`stages.report.gather`), and a
+    warning per upstream model and seed where a cell of `todo` would run on this workspace's model while the
+    seed's committed cells ran on another (they would not pair: the seed should run whole on one machine)."""
+    from stages.report import gather
+    from stages.row import resources
+    from vocabridge.config import load_params
+    from vocabridge.corpora.user import read_text_lines
+    from vocabridge.errors import VocabridgeError
+    from vocabridge.fileio import sha256_file
+
+    params = load_params(workspace / "params.yaml")
+    test = workspace / "data" / "corpora" / "downstream" / f"test.{params.lang.tgt}"
+    refs = read_text_lines(test) if test.is_file() else None
+    found = {r.cell: r for r in gather(params, [results / "cells"], refs).records}
+    shas: dict[Path, str] = {}
+    split: dict[tuple[str, int], tuple[set[str], str | None, list[str]]] = {}
+    for cell in todo:
+        if cell in found or cell.row not in params.rows:
+            continue
+        try:
+            weights = workspace / resources(cell.row, params)["upstream"]
+        except VocabridgeError:
+            continue  # its row stage says what is wrong
+        name = weights.parent.name
+        theirs = {r.upstream_sha256 for r in found.values()
+                  if r.seed == cell.seed and (r.data.get("upstream") or {}).get("name") == name}
+        if weights.is_file() and weights not in shas:
+            shas[weights] = sha256_file(weights)
+        ours = shas.get(weights)
+        if theirs and ours not in theirs:
+            split.setdefault((name, cell.seed), (theirs, ours, []))[2].append(cell.row)
+    warnings = [f"seed {seed}: its committed cells ran on upstream model '{name}' "
+                f"{', '.join(sorted(sha[:8] for sha in theirs))}, "
+                + (f"this workspace's is {ours[:8]}" if ours else "which this workspace has not trained yet")
+                + f": {', '.join(rows)} will not pair with them (run a seed whole on one machine)"
+                for (name, seed), (theirs, ours, rows) in split.items()]
+    return Committed(found, warnings)
+
+
+def collect(workspace: Path, results: Path) -> list[Cell]:
+    """Copy the workspace's finished cells into `results`/cells (`vocabridge results --cells`); the cells copied."""
+    return commit_cells(workspace / CELLS, results / "cells")
