@@ -84,7 +84,7 @@ def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: lis
     stamp = read(cells.row_file(cell.row))
     train_pairs = stamp["knobs"].get("train_pairs")
     train_pairs = params.finetune.train_pairs if train_pairs is None else train_pairs
-    training = asdict(params.training_for(family))
+    training = asdict(params.training_for(family, stamp["knobs"].get("max_updates")))  # the row's budget
     return {
         "version": VERSION, "study": params.profile, "row": cell.row, "seed": cell.seed, "cell": cell.name,
         "method": stamp["method"], "knobs": stamp["knobs"], "knobs_digest": stamp["knobs_digest"],

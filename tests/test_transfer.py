@@ -308,6 +308,35 @@ def test_named_rows_run_a_method_with_their_own_knobs():
         knobs_for("va-llm", {"va-llm": TransferMethod(method="fvt")})
 
 
+def test_a_row_s_own_fine_tune_budget_changes_its_condition_only():
+    """rows.ROW.max_updates: the row fine-tunes under its own budget (the +BT rows, on four times the pairs), its
+    cells pool under a condition of their own, and every other row's knobs and condition digests stay as they were
+    (committed cells of those rows still count)."""
+    from dataclasses import asdict
+
+    from vocabridge.config import Params
+    from vocabridge.grid import condition_digest, knobs_digest
+    from vocabridge.transfer import finetune_training, resolved_knobs
+
+    def digests(rows: dict) -> dict:
+        params = Params(rows=rows)
+        return {row: (knobs_digest(resolved_knobs(row, rows)),
+                      condition_digest(asdict(finetune_training(row, params)), asdict(params.evaluate), 2000))
+                for row in rows}
+
+    before = digests({"ft-srcv": TransferMethod(), "va-llm-bt": TransferMethod(method="va-llm", backtranslated=True)})
+    rows = {"ft-srcv": TransferMethod(), "va-llm-bt": TransferMethod(method="va-llm", backtranslated=True,
+                                                                      max_updates=8000)}
+    params = Params(rows=rows)
+    assert finetune_training("va-llm-bt", params).max_updates == 8000
+    assert finetune_training("ft-srcv", params) == params.finetune.train  # the family's budget
+    after = digests(rows)
+    assert after["ft-srcv"] == before["ft-srcv"]
+    assert after["va-llm-bt"][0] != before["va-llm-bt"][0] and after["va-llm-bt"][1] != before["va-llm-bt"][1]
+    with pytest.raises(ConfigError, match="rows.ft-srcv.max_updates: must be at least 1, got 0"):
+        knobs_for("ft-srcv", {"ft-srcv": TransferMethod(max_updates=0)})
+
+
 def test_cbow_file_round_trip_and_dimension_check(tmp_path, side):
     save_vectors(side.aux, tmp_path / "de.bin")
     back = load_vectors(tmp_path / "de.bin", D)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -241,6 +241,8 @@ class TransferMethod:
     #                                               papers; None too) or scaled to the pretrained rows' mean norm
     train_pairs: int | None = None  # fine-tune on N downstream pairs (a seeded sample; the low-resource regime);
     #                                 0: all of them; None: finetune.train_pairs
+    max_updates: int | None = None  # this row's fine-tune budget (a row on more pairs needs more updates: Sato et
+    #                                 al.'s +BT rows ran ten times as many); None: its family's (finetune.train)
     extend: int | None = None  # append this many pieces of the adapted vocabulary to the pretrained one instead of
     #                            replacing it (vocabridge/transfer/extension.py; shared rows then copied); 0: replace
     backtranslated: bool | None = None  # fine-tune on the back-translated downstream monolingual text as well
@@ -501,10 +503,11 @@ class Params:
     report: Report = field(default_factory=Report)
     compute: Compute = field(default_factory=Compute)
 
-    def training_for(self, family: str) -> Training:
+    def training_for(self, family: str, max_updates: int | None = None) -> Training:
         """The config a fine-tune of a method family runs under: AB-Net models (`abnet`) with their own trainer's
-        budget, `abnet.finetune`; Marian models (`nmt`) with `finetune.train`."""
-        return self.abnet.finetune if family == "abnet" else self.finetune.train
+        budget, `abnet.finetune`; Marian models (`nmt`) with `finetune.train`; a row's own `max_updates` over it."""
+        training = self.abnet.finetune if family == "abnet" else self.finetune.train
+        return training if max_updates is None else replace(training, max_updates=max_updates)
 
 
 def _type_name(tp) -> str:

@@ -288,8 +288,9 @@ def get_method(name: str, rows: dict[str, TransferMethod] | None = None) -> Meth
 
 
 def finetune_training(name: str, params) -> Training:
-    """The training config a row's fine-tune runs under (seed aside), by its method's family."""
-    return params.training_for(get_method(name, params.rows).family)
+    """The training config a row's fine-tune runs under (seed aside): its method family's, with the row's own
+    `max_updates` where it sets one."""
+    return params.training_for(get_method(name, params.rows).family, knobs_for(name, params.rows).max_updates)
 
 
 def generator_for(variant: str, sides: str) -> str:
@@ -351,6 +352,8 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
         target_initializer(name, knobs, get_method(name, given))
     if knobs.k < 1:
         raise ConfigError(f"params.yaml: rows.{name}.k: must be at least 1, got {knobs.k}")
+    if knobs.max_updates is not None and knobs.max_updates < 1:
+        raise ConfigError(f"params.yaml: rows.{name}.max_updates: must be at least 1, got {knobs.max_updates}")
     if knobs.train_pairs is not None and knobs.train_pairs < 0:
         raise ConfigError(f"params.yaml: rows.{name}.train_pairs: must be >= 0 (0: all), got {knobs.train_pairs}")
     if knobs.reg < 0:
