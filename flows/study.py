@@ -41,8 +41,11 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
     test = workspace / "data" / "corpora" / "downstream" / f"test.{params.lang.tgt}"
     refs = read_text_lines(test) if test.is_file() else None
     found = {r.cell: r for r in gather(params, [results / "cells"], refs).records}
-    shas: dict[Path, str] = {}
-    split: dict[tuple[str, int], tuple[set[str], str | None, list[str]]] = {}
+    theirs: dict[tuple[str, int], set[str]] = {}  # (upstream model, seed) -> the sha256s its committed cells ran on
+    for r in found.values():
+        theirs.setdefault(((r.data.get("upstream") or {}).get("name", ""), r.seed), set()).add(r.upstream_sha256)
+    ours: dict[str, str | None] = {}  # upstream model -> this workspace's sha256 (None: not trained yet)
+    split: dict[tuple[str, int], list[str]] = {}
     for cell in todo:
         if cell in found or cell.row not in params.rows:
             continue
@@ -51,18 +54,16 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
         except VocabridgeError:
             continue  # its row stage says what is wrong
         name = weights.parent.name
-        theirs = {r.upstream_sha256 for r in found.values()
-                  if r.seed == cell.seed and (r.data.get("upstream") or {}).get("name") == name}
-        if weights.is_file() and weights not in shas:
-            shas[weights] = sha256_file(weights)
-        ours = shas.get(weights)
-        if theirs and ours not in theirs:
-            split.setdefault((name, cell.seed), (theirs, ours, []))[2].append(cell.row)
+        if name not in ours:
+            ours[name] = sha256_file(weights) if weights.is_file() else None
+        if theirs.get((name, cell.seed)) and ours[name] not in theirs[name, cell.seed]:
+            split.setdefault((name, cell.seed), []).append(cell.row)
     warnings = [f"seed {seed}: its committed cells ran on upstream model '{name}' "
-                f"{', '.join(sorted(sha[:8] for sha in theirs))}, "
-                + (f"this workspace's is {ours[:8]}" if ours else "which this workspace has not trained yet")
+                f"{', '.join(sorted(sha[:8] for sha in theirs[name, seed]))}, "
+                + (f"this workspace's is {sha[:8]}" if (sha := ours[name]) else
+                   "which this workspace has not trained yet")
                 + f": {', '.join(rows)} will not pair with them (run a seed whole on one machine)"
-                for (name, seed), (theirs, ours, rows) in split.items()]
+                for (name, seed), rows in split.items()]
     return Committed(found, warnings)
 
 
