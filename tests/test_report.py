@@ -152,6 +152,22 @@ def test_sato_table_5_tests_back_translation_and_its_orthogonality_to_va_llm():
     assert verdicts.loc["ft-srcv-bt > ft-srcv", "p_holm"] == 0.002  # Holm over the two tested: 0.001 x 2
 
 
+def test_a_tiny_p_after_holm_reads_as_below_a_bound_not_as_zero():
+    from vocabridge.report import SATO_TABLE_5, _paper_markdown, ordering_verdicts, p_text, paper_layout
+    from vocabridge.significance import Comparison
+
+    assert p_text(0.0) == "<0.0001" and p_text(0.02791) == "0.028" and p_text(None) is None
+    tiny = Comparison(delta=-2.6, ci_low=-3.2, ci_high=-1.9, p_value=1e-7, seeds=5, reference_seeds=5, std_error=0.2,
+                      seed_std=0.2, reference_seed_std=0.3, sentence_variance=0.01, form="paired")
+    verdicts = ordering_verdicts(SATO_TABLE_5, lambda a, b: tiny if (a, b) == ("va-llm-bt", "va-llm") else None)
+    assert verdicts.set_index("ordering").loc["va-llm-bt > va-llm", "p_holm"] == 0  # CSV: 4 places (p_value whole)
+    rows = ["va-llm-bt", "va-llm"]
+    seeds = pd.DataFrame([{"group": r, "seeds": 5, "bleu_mean": 9.0, "bleu_std": 0.3} for r in rows])
+    text = _paper_markdown(SATO_TABLE_5, paper_layout(SATO_TABLE_5, seeds, {r: r for r in rows}), verdicts, rows, {})
+    line = next(x for x in text.splitlines() if x.startswith("| va-llm-bt > va-llm |"))
+    assert "| <0.0001 |" in line and "| reversed |" in line and "| 0 |" not in line
+
+
 def test_a_second_test_set_and_the_condition_sit_beside_each_ordering():
     from vocabridge.report import DIFFER, LIU_TABLE_2, RowCondition, condition_text, ordering_verdicts, verdict_text
     from vocabridge.significance import Comparison

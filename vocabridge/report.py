@@ -649,6 +649,14 @@ SHORT = {"one seed: not a finding": "1 seed", f"fewer than {MIN_SEEDS} seeds a s
          f"<{MIN_SEEDS} seeds"}
 
 
+def p_text(p: float | None) -> str | None:
+    """A p-value as the report prints it: two significant digits, `<0.0001` below that (a rounded 0 would read as
+    certainty)."""
+    if p is None or pd.isna(p):
+        return None
+    return "<0.0001" if p < 0.0001 else f"{p:.2g}"
+
+
 def verdict_text(c: Comparison, p_holm: float | None, against: str, reference: str) -> str:
     """A comparison in one table cell: delta [95% interval], Holm's p, the verdict, and Welch where unpaired;
     `p_holm` None: the rows ran under different conditions (no p, no verdict)."""
@@ -658,7 +666,7 @@ def verdict_text(c: Comparison, p_holm: float | None, against: str, reference: s
         said = DIFFER
     else:
         said = SHORT.get(v := holm_verdict(c, p_holm, ("better", "worse")), v)
-        said = f"p_holm {'<0.0001' if p_holm < 0.0001 else f'{p_holm:.2g}'}: {said}"
+        said = f"p_holm {p_text(p_holm)}: {said}"
     return (f"{c.delta:+.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}]{' ' if p_holm is not None else ': '}{said}"
             + (f" ({'; '.join(notes)})" if notes else ""))
 
@@ -982,7 +990,8 @@ def _paper_markdown(paper: PaperTable, layout: pd.DataFrame, verdicts: pd.DataFr
     heading = (f"### {paper.source.removeprefix('published: ')}; ours under "
                f"{table_condition(list(ours['our_row']), conditions)}")
     return (f"{heading}\n\n" + to_markdown(ours) + "\n"
-            + (to_markdown(verdicts.loc[inside, SHOWN_ORDERING]) if inside.any()
+            + (to_markdown(verdicts.loc[inside, SHOWN_ORDERING].assign(p_holm=lambda t: t["p_holm"].map(p_text)))
+               if inside.any()
                else "No ordering of this table has both rows here.\n")
             + note)
 
