@@ -10,10 +10,12 @@ Each worker is a separate process that fine-tunes the pipeline's pretrained mode
 settings (batches, bf16, Adam) with train_throughput.py's timed loop of vocabridge/nmt/train.py's step, and
 reports its target tokens/s.
 Layout A: one process with `--cores` threads. Layout B: `--cores` processes with one thread each, started
-together. Layout C: `--cores` processes with `--cores` threads each (more torch threads than cores). Printed:
-target tokens/s of each layout (B and C summed over their processes), the ratio B / A (above 1: running
-independent fine-tunes side by side with one thread each finishes the matrix sooner) and B / C (above 1:
-stages side by side should share the cores rather than take them all each).
+together. Layout C: `--cores` processes with `--cores` threads each (more torch threads than cores). Layout D: one
+process with `--cores` threads beside one with a single thread (a long stage given every core while a short stage
+runs beside it). Printed: target tokens/s of each layout (B and C summed over their processes; D per process), the
+ratio B / A (above 1: running independent fine-tunes side by side with one thread each finishes the matrix sooner),
+B / C (above 1: stages side by side should share the cores rather than take them all each) and D's wide process
+against A (below 1: the stage with every core is slowed by the one beside it).
 """
 
 from __future__ import annotations
@@ -49,14 +51,20 @@ def worker(threads: int, updates: int, warm: int) -> dict:
     return {"threads": threads, "tokens_per_s": timed["tokens_per_s"]}
 
 
-def run_layout(processes: int, threads: int, updates: int, warm: int) -> float:
-    """Target tokens/s of `processes` workers started together, summed."""
-    cmd = [sys.executable, __file__, "--worker", str(threads), "--updates", str(updates), "--warm", str(warm)]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+def run_workers(threads: list[int], updates: int, warm: int) -> list[float]:
+    """Target tokens/s of each worker (one per entry of `threads`, its torch threads), all started together."""
+    cmds = [[sys.executable, __file__, "--worker", str(t), "--updates", str(updates), "--warm", str(warm)]
+            for t in threads]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for cmd in cmds]
     results = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit("a worker failed")
-    return sum(r["tokens_per_s"] for r in results)
+    return [r["tokens_per_s"] for r in results]
+
+
+def run_layout(processes: int, threads: int, updates: int, warm: int) -> float:
+    """Target tokens/s of `processes` workers of `threads` threads started together, summed."""
+    return sum(run_workers([threads] * processes, updates, warm))
 
 
 def main() -> None:
@@ -80,6 +88,9 @@ def main() -> None:
         over = run_layout(args.cores, args.cores, args.updates, args.warm)
         print(f"C: {args.cores} processes x {args.cores} threads: {over:8.0f} target tokens/s (summed)")
         print(f"ratio B / C: {side / over:.2f}x")
+    wide, narrow = run_workers([args.cores, 1], args.updates, args.warm)
+    print(f"D: 1 process x {args.cores} threads beside 1 x 1 thread: {wide:8.0f} + {narrow:.0f} target tokens/s")
+    print(f"ratio D's {args.cores}-thread process / A: {wide / one:.2f}x")
 
 
 if __name__ == "__main__":

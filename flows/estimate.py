@@ -84,10 +84,7 @@ def simulate_flow(dag: Dag, seconds: dict[str, dict[int, float]], cores: int, jo
     out: dict[str, tuple[float, float, int]] = {}
     now = 0.0
     while pending or running:
-        ready = [n for n in pending if all(u in done for u in dag.stages[n].upstream if u in dag.stages)]
-        shared, heavy_threads = dag.core_shares(cores, jobs, [*running, *ready])
-        for name in dag.startable(pending, done, jobs - len(running), list(running)):
-            threads = heavy_threads if dag.stages[name].all_cores else shared
+        for name, threads in dag.launch(pending, done, {n: out[n][2] for n in running}, cores, jobs):
             end = now + seconds[name][threads]
             running[name], out[name] = end, (now, end, threads)
             pending.remove(name)

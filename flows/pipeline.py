@@ -99,14 +99,13 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
     failed: dict[str, str] = {}
     not_run: list[str] = []
     remote_names = set(dag.match(remote["stages"])) if remote and remote["stages"] else set()
+    threads_of: dict[str, int] = {}  # running stage -> the torch threads it was given here (0: elsewhere)
     while pending or running:
-        ready = [n for n, s in pending.items() if all(u in done for u in s.upstream if u in dag.stages)]
-        threads, heavy_threads = stage_threads(dag, jobs, [*running, *ready])
         for name, stage in list(pending.items()):
             if any(u in failed or u in not_run for u in stage.upstream if u in dag.stages):
                 not_run.append(name)
                 del pending[name]
-        for name in dag.startable(list(pending), set(done), jobs - len(running), list(running)):
+        for name, threads in stage_threads(dag, jobs, list(pending), set(done), threads_of):
             stage, upstream = pending[name], [u for u in pending[name].upstream if u in dag.stages]
             opts = options(stage, retry_delay)
             if name in remote_names:
@@ -116,8 +115,8 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
                     lock_timeout)
             else:
                 running[name] = run_stage.with_options(**opts).submit(
-                    name, str(workspace), name in forced, lock_timeout,
-                    heavy_threads if stage.all_cores else threads)
+                    name, str(workspace), name in forced, lock_timeout, threads)
+            threads_of[name] = 0 if name in remote_names or threads is None else threads
             del pending[name]
             if record:
                 record.start(name)
@@ -130,7 +129,7 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
                 record.save()
             continue
         name = next(n for n, f in running.items() if f is future)
-        del running[name]
+        del running[name], threads_of[name]
         try:
             done[name] = future.result()
             if record:
@@ -211,14 +210,15 @@ def share_cores(jobs: int) -> int:
     return jobs if jobs > 0 else max(2, min(4, cores()))
 
 
-def stage_threads(dag: Dag, jobs: int, busy: list[str]) -> tuple[int, int] | tuple[None, None]:
-    """Torch threads for a short and a long stage started while the stages in `busy` run or are ready
-    ($VOCABRIDGE_THREADS of the stage; compute.threads: 0 reads it): the cores shared out (`Dag.core_shares`),
-    so that a stage alone (pretrain) gets them all and two fine-tunes side by side get half each. None when the
-    user set $VOCABRIDGE_THREADS themselves."""
+def stage_threads(dag: Dag, jobs: int, pending: list[str], done: set[str], running: dict[str, int]
+                  ) -> list[tuple[str, int | None]]:
+    """The stages to start now and the torch threads of each ($VOCABRIDGE_THREADS of the stage; compute.threads:
+    0 reads it): the cores shared out (`Dag.launch`), so that a stage alone (pretrain) gets them all, two
+    fine-tunes side by side get half each, and the running stages never hold more threads than there are cores.
+    None when the user set $VOCABRIDGE_THREADS themselves."""
     if os.environ.get("VOCABRIDGE_THREADS"):
-        return None, None
-    return dag.core_shares(cores(), jobs, busy)
+        return [(n, None) for n in dag.startable(pending, done, jobs - len(running), list(running))]
+    return dag.launch(pending, done, running, cores(), jobs)
 
 
 @flow(name="vocabridge", task_runner=ThreadPoolTaskRunner(max_workers=16))

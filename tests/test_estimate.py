@@ -58,6 +58,22 @@ def test_long_stages_that_run_together_share_the_cores_among_themselves():
     assert plan["upstream@b"] == (95, 195, 1)  # pretrain still runs when it starts: one thread
 
 
+def test_a_long_stage_ready_beside_short_ones_never_oversubscribes_the_cores():
+    # generator (all cores) and cbow become ready together after pretrain: the flow once gave the generator both
+    # cores and cbow one more (3 threads on 2 cores; the 2-thread stage ran at 0.37-0.43x, results/thread-layout)
+    dag = Dag({"pretrain": Stage("pretrain", all_cores=True),
+               "generator": Stage("generator", upstream=("pretrain",), all_cores=True),
+               "cbow": Stage("cbow", upstream=("pretrain",)),
+               "finetune@a": Stage("finetune@a", upstream=("generator",)),
+               "finetune@b": Stage("finetune@b", upstream=("cbow",))})
+    seconds = {n: {1: 40, 2: 25} for n in dag.order}
+    plan = simulate_flow(dag, seconds, cores=2, jobs=2)
+    moments = sorted({start for start, _, _ in plan.values()})
+    for now in moments:
+        assert sum(t for start, end, t in plan.values() if start <= now < end) <= 2, plan
+    assert set(plan) == set(dag.order)
+
+
 def machine() -> Machine:
     return Machine(cpu={"cpu": "test", "capability": "AVX2", "bf16_native": False, "threads": 2, "cores": 2},
                    device="cpu", startup=3.0,

@@ -65,17 +65,26 @@ def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
     monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
     monkeypatch.setattr(fp, "cores", lambda: 2)
     assert fp.share_cores(0) == 2 and fp.share_cores(3) == 3
+
+    def start(pending, running=None, jobs=2):
+        return dict(fp.stage_threads(dag, jobs, pending, set(), running or {}))
+
     # alone: every core; side by side: half each
-    assert fp.stage_threads(dag, 2, []) == (2, 2) and fp.stage_threads(dag, 2, ["finetune@a"]) == (2, 2)
-    assert fp.stage_threads(dag, 2, ["finetune@a", "finetune@b"]) == (1, 2)
-    assert fp.stage_threads(dag, 2, ["finetune@a", "finetune@b", "finetune@c", "finetune@d"]) == (1, 2)
-    # a long stage shares only with the other long stages
-    assert fp.stage_threads(dag, 2, ["pretrain", "finetune@a", "finetune@b"]) == (1, 2)
-    assert fp.stage_threads(dag, 2, ["pretrain", "upstream@a"]) == (1, 1)
+    assert start(["pretrain"]) == {"pretrain": 2} and start(["finetune@a"]) == {"finetune@a": 2}
+    assert start(["finetune@a", "finetune@b"]) == {"finetune@a": 1, "finetune@b": 1}
+    assert start(["finetune@c", "finetune@d"], {"finetune@a": 1}) == {"finetune@c": 1}  # one job slot left
+    # a long stage shares only with the other long stages, and never takes a core that a running stage holds
+    assert start(["pretrain", "upstream@a"]) == {"pretrain": 1, "upstream@a": 1}
+    assert start(["pretrain"], {"finetune@a": 1}) == {"pretrain": 1}
+    assert start(["finetune@a"], {"pretrain": 2}) == {}  # it waits for a free core
+    # a long and a short stage ready together: never more threads than cores
+    started = start(["pretrain", "finetune@a", "finetune@b"])
+    assert sum(started.values()) == 2 and started.get("pretrain") in (1, 2)
     monkeypatch.setattr(fp, "cores", lambda: 16)
-    assert fp.share_cores(0) == 4 and fp.stage_threads(dag, 4, list(dag.stages)[2:]) == (4, 16)
+    started = start(list(dag.stages)[2:], jobs=fp.share_cores(0))
+    assert fp.share_cores(0) == 4 and started == {f"finetune@{m}": 4 for m in "abcd"}
     monkeypatch.setenv("VOCABRIDGE_THREADS", "3")
-    assert fp.stage_threads(dag, 2, ["pretrain"]) == (None, None)  # the user's own setting wins
+    assert start(["pretrain"], {"finetune@a": 0}) == {"pretrain": None}  # the user's own setting wins
 
 
 def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
