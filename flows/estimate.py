@@ -3,8 +3,9 @@
 vocabridge.estimate measures the machine and prices pieces of work (a training run, decoding); here each stage
 of dvc.yaml is priced from them (`stage_seconds`: a cell's transfer, finetune and evaluate by its row's method)
 and the stages are laid over the DAG two ways: one after another with every core (`dvc repro`), and as the
-Prefect flow schedules them (`jobs` stages at once, the cores shared out by `Dag.core_shares`, pretrain and
-generator on every core). A stage it has no price for is an error, never a silent zero.
+Prefect flow schedules them (`jobs` stages at once, the cores shared out by `Dag.launch`, pretrain and
+generator on every free core, never more threads than cores). A stage it has no price for is an error, never a
+silent zero.
 
 The short stages (downloads, SentencePiece, CBOW, a row's hashes, report) are not timed: they take fixed figures
 measured on the default profile (a few minutes in all), scaled by the sizes in params.yaml.
