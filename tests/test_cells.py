@@ -4,7 +4,6 @@ report (vocabridge.report.grid_report), and committing cells adds and never dele
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +11,7 @@ import pytest
 import sacrebleu
 
 from vocabridge.config import Report
-from vocabridge.grid import code_commit, commit_cells, knobs_digest, read_cells, text_digest
+from vocabridge.grid import commit_cells, knobs_digest, read_cells, text_digest
 from vocabridge.report import DIFFER, HeldOut, grid_report, write_report
 
 WORDS = ("and the word was with god and the word was god in the beginning the same was with god all things were "
@@ -249,23 +248,3 @@ def test_committing_cells_adds_and_never_deletes(two_sessions, tmp_path):
     assert (target / "ft-srcv" / "s1" / "hyp.txt").is_file()  # set A's cells stay beside set B's
     assert len(list(target.glob("*/s*/record.json"))) == 15
     assert (target / "va-llm" / "s4" / "curve.csv").read_text() == (b / "va-llm" / "s4" / "curve.csv").read_text()
-
-
-def test_a_cell_names_the_commit_and_a_profile_is_no_code_change(tmp_path):
-    """A workspace applies its profile to params.yaml and its runs rewrite dvc.lock, both left uncommitted: the
-    record names the checkout's commit without '+'; a changed source file adds it."""
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                       capture_output=True)
-
-    for name in ("params.yaml", "dvc.lock", "code.py"):
-        (tmp_path / name).write_text("a: 1\n")
-    git("init", "-q")
-    git("add", ".")
-    git("commit", "-qm", "init")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
-    (tmp_path / "params.yaml").write_text("a: 2\n")
-    (tmp_path / "dvc.lock").write_text("a: 3\n")
-    assert code_commit(tmp_path) == head
-    (tmp_path / "code.py").write_text("a: 4\n")
-    assert code_commit(tmp_path) == head + "+"

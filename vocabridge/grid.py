@@ -94,18 +94,12 @@ def machine() -> dict:
             "torch": torch.__version__, "python": platform.python_version()}
 
 
-RUN_STATE = ("params.yaml", "dvc.lock")  # what a profile and a run change in a checkout; a record keeps its params
-
-
 def code_commit(root: Path = Path(".")) -> str | None:
-    """The commit of the code that ran the cell (None outside a git checkout), '+' when tracked files other than
-    RUN_STATE differ from it. A study's workspace is a clone at one of main's commits with its profile applied and
-    left uncommitted, so each record names a commit that main has and '+' means changed code."""
-    exclude = [f":(exclude){path}" for path in RUN_STATE]
+    """The commit of the code that ran the cell (None outside a git checkout), '+' when the tree has changes."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *exclude],
-                               cwd=root, capture_output=True, text=True, timeout=30)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     if head.returncode != 0:
