@@ -34,6 +34,7 @@ class Stage:
     gpu: bool = False
     retries: int = 0
     all_cores: bool = False  # torch threads = every core, not the share of the stages running beside it
+    threads: int = 0  # torch threads its own params fix (a fine-tune's `threads`, `fixed_threads`); 0: the flow's share
     reports: tuple[str, ...] = ()  # metrics files and Markdown/CSV tables it declares (paths in the workspace)
     outs: tuple[str, ...] = ()
     deps: tuple[str, ...] = ()  # the files and folders it reads (not its params)
@@ -114,6 +115,10 @@ class Dag:
                                    after=tuple(u for u in stage.upstream if u not in kept))
         return Dag(stages)
 
+    def fix_threads(self, fixed: dict[str, int]) -> Dag:
+        """The stages of `fixed` (stage -> torch threads its params set) hold that many threads when they run."""
+        return Dag({n: replace(s, threads=fixed.get(n, s.threads)) for n, s in self.stages.items()})
+
     def rerun_after(self, finished: str, done: set[str]) -> list[str]:
         """The stages in `done` to run again now that `finished` did: it wrote into a folder they read (their
         `after`), so DVC sees them changed; they rehash and rewrite the same file, and their cells stay as they are."""
@@ -141,14 +146,19 @@ class Dag:
         """The stages to start now (`startable`'s picks) with each one's torch threads: its share of the cores
         (`core_shares`), but never more than the cores that the `running` stages' threads (stage -> threads) leave
         free; with none free a ready stage waits. Threads are fixed when a stage starts, and a stage with every
-        core beside another ran at 0.37-0.43x its speed alone (results/thread-layout, layout D)."""
+        core beside another ran at 0.37-0.43x its speed alone (results/thread-layout, layout D). A stage whose
+        params fix its threads (`Stage.threads`) holds that many, so a lone one-thread fine-tune leaves a core to
+        the next ready stage."""
         ready = [n for n in pending if all(u in done for u in self.stages[n].upstream if u in self.stages)]
         shared, heavy = self.core_shares(cores, jobs, [*running, *ready])
         free, picked = cores - sum(running.values()), []
         for name in self.startable(list(pending), set(done), jobs - len(running), list(running)):
             if free < 1:
                 break
-            threads = min(heavy if self.stages[name].all_cores else shared, free)
+            fixed = min(self.stages[name].threads, cores)  # more than the cores: it waits for all of them
+            if fixed > free:
+                continue
+            threads = fixed or min(heavy if self.stages[name].all_cores else shared, free)
             picked.append((name, threads))
             free -= threads
         return picked
@@ -271,6 +281,28 @@ def stage_needs(workspace: Path) -> dict[str, list[str]]:
     return needs
 
 
+def fixed_threads(workspace: Path, dag: Dag) -> dict[str, int]:
+    """The torch threads that each cell's fine-tune takes from its own params (`finetune.train.threads` or its
+    family's, `vocabridge.transfer.finetune_training`) whatever the flow's share: one thread gives the same weights
+    however many stages run beside it. A row whose config is wrong is left to the flow's share."""
+    from vocabridge.config import load_params
+    from vocabridge.errors import VocabridgeError
+    from vocabridge.transfer import finetune_training
+
+    params = load_params(workspace / "params.yaml")
+    fixed: dict[str, int] = {}
+    for name, cell in dag.cells().items():
+        if dag.stages[name].group != "finetune":
+            continue
+        try:
+            threads = finetune_training(cell.row, params).threads
+        except VocabridgeError:
+            continue
+        if threads > 0:
+            fixed[name] = threads
+    return fixed
+
+
 def load_dag(workspace: Path) -> Dag:
     """Read dvc.yaml (and any other pipeline files) of `workspace` with DVC's Repo API; a row waits for what it
     draws on (`Dag.narrow`)."""
@@ -310,4 +342,5 @@ def load_dag(workspace: Path) -> Dag:
                 )
     except DvcException as exc:
         raise FlowError(f"{workspace}: cannot read the DVC pipeline: {exc}") from exc
-    return Dag(stages).narrow(stage_needs(workspace))
+    dag = Dag(stages).narrow(stage_needs(workspace))
+    return dag.fix_threads(fixed_threads(workspace, dag))

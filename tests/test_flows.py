@@ -87,6 +87,33 @@ def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
     assert start(["pretrain"], {"finetune@a": 0}) == {"pretrain": None}  # the user's own setting wins
 
 
+def test_a_fine_tune_holds_the_threads_its_params_fix(monkeypatch):
+    """A cell's fine-tune runs finetune.train.threads (1: the same weights however many stages run beside it): a
+    lone one once held both cores in the flow's count and the next ready stage waited for it, a core idle."""
+    import flows.pipeline as fp
+
+    dag = Dag({"finetune@a": Stage("finetune@a", threads=1), "upstream@b": Stage("upstream@b", all_cores=True),
+               "finetune@c": Stage("finetune@c", threads=4), "evaluate@a": Stage("evaluate@a")})
+    monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
+    monkeypatch.setattr(fp, "cores", lambda: 2)
+
+    def start(pending, running=None):
+        return dict(fp.stage_threads(dag, 2, pending, set(), running or {}))
+
+    assert start(["finetune@a"]) == {"finetune@a": 1}
+    assert start(["upstream@b"], {"finetune@a": 1}) == {"upstream@b": 1}
+    assert start(["evaluate@a"], {"finetune@a": 1}) == {"evaluate@a": 1}
+    assert start(["finetune@c"]) == {"finetune@c": 2}  # more threads than cores: it waits for all of them
+    assert start(["finetune@c"], {"finetune@a": 1}) == {}
+
+
+def test_the_flow_reads_each_fine_tune_s_threads_from_params(tmp_path):
+    dag = load_dag(copy_project(tmp_path / "project", profile="sato"))
+    fine_tunes = [n for n in dag.cells() if n.startswith("finetune@")]
+    assert fine_tunes and all(dag.stages[n].threads == 1 for n in fine_tunes)  # finetune.train.threads: 1
+    assert all(s.threads == 0 for n, s in dag.stages.items() if n not in fine_tunes)
+
+
 def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
     project = copy_project(tmp_path / "project", profile="tiny")
     dot = run(["dvc", "dag", "--dot"], project).stdout
