@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from flows.errors import FlowError
+from vocabridge.config import Params, load_params
 from vocabridge.grid import Cell
 
 # Stage groups that train or translate: their tasks carry the `gpu` tag unless dvc.yaml says otherwise
@@ -258,16 +259,14 @@ def _needed(outs: tuple[str, ...], deps: tuple[str, ...], files: list[str]) -> b
     return False
 
 
-def stage_needs(workspace: Path) -> dict[str, list[str]]:
+def stage_needs(params: Params) -> dict[str, list[str]]:
     """What each row stage and the backtranslate stage draw on from the shared model folders (stages.row's
-    `resources`), from the workspace's params.yaml. A row whose config is wrong is left as DVC has it (its
-    stage says what is wrong)."""
+    `resources`), from the workspace's params. A row whose config is wrong is left as DVC has it (its stage says
+    what is wrong)."""
     from stages import _paths as paths
     from stages.row import resources
-    from vocabridge.config import load_params
     from vocabridge.errors import VocabridgeError
 
-    params = load_params(workspace / "params.yaml")
     needs: dict[str, list[str]] = {}
     for row in params.rows:
         try:
@@ -281,15 +280,13 @@ def stage_needs(workspace: Path) -> dict[str, list[str]]:
     return needs
 
 
-def fixed_threads(workspace: Path, dag: Dag) -> dict[str, int]:
+def fixed_threads(params: Params, dag: Dag) -> dict[str, int]:
     """The torch threads that each cell's fine-tune takes from its own params (`finetune.train.threads` or its
     family's, `vocabridge.transfer.finetune_training`) whatever the flow's share: one thread gives the same weights
     however many stages run beside it. A row whose config is wrong is left to the flow's share."""
-    from vocabridge.config import load_params
     from vocabridge.errors import VocabridgeError
     from vocabridge.transfer import finetune_training
 
-    params = load_params(workspace / "params.yaml")
     fixed: dict[str, int] = {}
     for name, cell in dag.cells().items():
         if dag.stages[name].group != "finetune":
@@ -342,5 +339,6 @@ def load_dag(workspace: Path) -> Dag:
                 )
     except DvcException as exc:
         raise FlowError(f"{workspace}: cannot read the DVC pipeline: {exc}") from exc
-    dag = Dag(stages).narrow(stage_needs(workspace))
-    return dag.fix_threads(fixed_threads(workspace, dag))
+    params = load_params(workspace / "params.yaml")  # read once for both
+    dag = Dag(stages).narrow(stage_needs(params))
+    return dag.fix_threads(fixed_threads(params, dag))
