@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flows.errors import FlowError, StageError
+from vocabridge.fileio import atomic_file
 
 BUSY = re.compile(r"is busy, it is being blocked by|Unable to acquire lock")
 # DVC rewrites dvc.lock in place: a run killed at that moment (a session's end, an out-of-memory kill) leaves
@@ -30,14 +31,15 @@ def readable_lock(path: Path) -> bool:
 
 
 def keep_lock(workspace: Path) -> None:
-    """Copy dvc.lock to LOCK_BACKUP (atomically) when it reads as a lock file."""
+    """Copy dvc.lock to LOCK_BACKUP (atomically) when it reads as a lock file.
+
+    Stages finish at once in the flow's threads, so each copy goes through a temporary file of its own
+    (atomic_file): one shared name let a stage move another's copy away before that one's own move."""
     lock, backup = workspace / "dvc.lock", workspace / LOCK_BACKUP
     if not readable_lock(lock):
         return
-    backup.parent.mkdir(parents=True, exist_ok=True)
-    tmp = backup.with_suffix(".tmp")
-    tmp.write_bytes(lock.read_bytes())
-    os.replace(tmp, backup)
+    with atomic_file(backup, "wb", encoding=None) as out:
+        out.write(lock.read_bytes())
 
 
 def restore_lock(workspace: Path, log: Callable[[str], None] | None = None) -> bool:

@@ -738,6 +738,28 @@ def test_a_dvc_lock_emptied_by_a_killed_run_is_restored_from_the_last_readable_c
         restore_lock(tmp_path)
 
 
+
+def test_stages_finishing_at_once_each_keep_the_lock_without_racing(tmp_path):
+    """The flow's threads call keep_lock together when two stages finish at the same moment."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from flows.dvcrun import LOCK_BACKUP, keep_lock, readable_lock
+
+    stages = "".join(f"  s{i}:\n    cmd: python -m stages.s{i}\n" for i in range(200))
+    (tmp_path / "dvc.lock").write_text(f"schema: '2.0'\nstages:\n{stages}")
+    barrier = Barrier(8)
+
+    def keep(_: int) -> None:
+        barrier.wait()
+        for _ in range(100):
+            keep_lock(tmp_path)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(keep, range(8)))  # re-raises a thread's FileNotFoundError
+    assert readable_lock(tmp_path / LOCK_BACKUP)
+    assert sorted(p.name for p in (tmp_path / LOCK_BACKUP).parent.iterdir()) == [LOCK_BACKUP.name]
+
 STAGE_WHOSE_LOCK_IS_TAKEN = """\
 import pathlib, subprocess, sys, time
 runs = pathlib.Path("runs.txt")
