@@ -738,7 +738,6 @@ def test_a_dvc_lock_emptied_by_a_killed_run_is_restored_from_the_last_readable_c
         restore_lock(tmp_path)
 
 
-
 def test_stages_finishing_at_once_each_keep_the_lock_without_racing(tmp_path):
     """The flow's threads call keep_lock together when two stages finish at the same moment."""
     from concurrent.futures import ThreadPoolExecutor
@@ -759,6 +758,7 @@ def test_stages_finishing_at_once_each_keep_the_lock_without_racing(tmp_path):
         list(pool.map(keep, range(8)))  # re-raises a thread's FileNotFoundError
     assert readable_lock(tmp_path / LOCK_BACKUP)
     assert sorted(p.name for p in (tmp_path / LOCK_BACKUP).parent.iterdir()) == [LOCK_BACKUP.name]
+
 
 STAGE_WHOSE_LOCK_IS_TAKEN = """\
 import pathlib, subprocess, sys, time
