@@ -57,11 +57,14 @@ def test_the_probe_runs_once_per_machine(tmp_path, monkeypatch):
     assert precision.cached_cpu_speedup(probe) == 1.3 and len(calls) == 2
 
 
-def test_a_probe_on_a_busy_machine_is_not_kept(tmp_path, monkeypatch):
+def test_a_probe_on_a_busy_machine_is_not_kept_but_decides_once_per_process(tmp_path, monkeypatch):
     monkeypatch.setenv("VOCABRIDGE_CACHE", str(tmp_path))
     monkeypatch.setattr(precision.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
     calls = []
     assert precision.cached_cpu_speedup(lambda: calls.append(1) or 0.9) == 0.9
+    assert precision.cached_cpu_speedup(lambda: calls.append(1) or 1.4) == 0.9  # one decision in one process
+    assert len(calls) == 1 and not (tmp_path / "precision.json").exists()
+    monkeypatch.setattr(precision, "_BUSY", {})  # the next process measures again
     assert precision.cached_cpu_speedup(lambda: calls.append(1) or 1.4) == 1.4
     assert len(calls) == 2 and not (tmp_path / "precision.json").exists()
 

@@ -121,11 +121,15 @@ def _machine_key() -> str:
                      f"threads={torch.get_num_threads()}", isa])
 
 
+_BUSY: dict[tuple[str, str], dict] = {}  # figures taken on a busy CPU: this process's, never the disk's
+
+
 def cached(name: str, key: str, measure: Callable[[], dict], fresh: bool = False) -> dict:
     """A measurement of this machine, kept under `key` in the cache folder's NAME.json (atomically written).
 
-    A figure taken while the load average is above half the cores is returned but never kept: other work
-    shared the CPU, so the next call measures again."""
+    A figure taken while the load average is above half the cores is never written: other work shared the CPU,
+    so the next process measures again. This process keeps it, though, so that it decides once (a probe taken
+    again under load can answer otherwise, and one run would then mix bf16 and fp32)."""
     path = cache_file().with_name(f"{name}.json")
     try:
         cache = json.loads(path.read_text())
@@ -134,9 +138,13 @@ def cached(name: str, key: str, measure: Callable[[], dict], fresh: bool = False
         cache = {}
     if not fresh and isinstance(cache.get(key), dict):
         return cache[key]
+    if not fresh and (str(path), key) in _BUSY:
+        return _BUSY[str(path), key]
     busy = (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0) > 0.5 * (os.cpu_count() or 1)
     entry = measure()
-    if not busy:
+    if busy:
+        _BUSY[str(path), key] = entry
+    else:
         try:
             write_json(path, cache | {key: entry})
         except OSError:
