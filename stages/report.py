@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
+import pandas as pd
+
 from stages import _paths as paths
 from vocabridge.corpora.bible import BOOKS
 from vocabridge.corpora.user import read_text_lines
@@ -43,7 +45,8 @@ def main(argv: list[str]) -> None:
     built = grid_report(gathered, list(rows), refs, params.report, seeds=params.seeds,
                         clusters=book_clusters(len(refs)), adapted=adapted, mismatch=mismatch, lang=lang,
                         upstream_sentences=params.evaluate.upstream_sentences, study=params.profile,
-                        test_books=test_books, heldout=heldout_set(gathered.records, lang.tgt))
+                        test_books=test_books, heldout=heldout_set(gathered.records, lang.tgt),
+                        plms=study_plms(params.plms))
     with atomic_dir(paths.REPORTS / "results") as tmp:
         write_report(built, tmp)
     print(built.markdown)
@@ -63,6 +66,18 @@ def condition(params, row: str) -> str:
     training = finetune_training(row, params)
     return condition_digest(asdict(training), asdict(params.evaluate),
                             params.finetune.train_pairs if pairs is None else pairs)
+
+
+def study_plms(languages) -> dict[str, tuple[pd.DataFrame, dict]]:
+    """Each `plms` language's BERT as the plm stage left it: its learning curve and metrics (languages whose
+    stage has not run are left out). Not a dependency of its own in dvc.yaml: every row's stage depends on
+    data/models/plm, so new BERTs mean new cells (data/cells), and a new report."""
+    found = {}
+    for code in languages:
+        curve, metrics = paths.PLOTS / "plm" / code / "curve.csv", paths.METRICS / "plm" / f"{code}.json"
+        if curve.is_file() and metrics.is_file():
+            found[code] = (pd.read_csv(curve), json.loads(metrics.read_text(encoding="utf-8")))
+    return found
 
 
 def book_clusters(sentences: int) -> list[str] | None:

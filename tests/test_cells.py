@@ -235,6 +235,40 @@ def test_no_finished_cell_is_a_report_that_says_so(tmp_path):
     assert built.missing_rows == ["ft-srcv"] and "No finished cells yet" in built.markdown
     write_report(built, tmp_path)
     assert (tmp_path / "report.md").is_file() and not (tmp_path / "bleu.png").exists()
+    assert "## Decoding speed" not in built.markdown and "## The pretrained language models" not in built.markdown
+    assert not (tmp_path / "plm_curves.png").exists()
+
+
+def test_decoding_speed_and_the_studys_berts_have_their_sections(tmp_path):
+    folder = tmp_path / "cells"
+    for row, ms, decoder in (("ft-srcv", 40.0, "ctranslate2"), ("va-llm", 10.0, "mask-predict")):
+        for seed in (1, 2):
+            cell = write_cell(folder, row, seed, AVX2, UP_A)
+            record = json.loads((cell / "record.json").read_text())
+            record["metrics"] |= {"latency_ms": ms + seed, "sentences_per_second": 1000 / ms, "decoder": decoder}
+            (cell / "record.json").write_text(json.dumps(record))
+    curve = pd.DataFrame({"step": [500, 1000, 1500, 2000, 2500], "train_loss": [6.0, 5.5, 5.2, 5.1, 5.05],
+                          "held_out_loss": [6.1, 5.6, 5.3, 5.2, 5.15],
+                          "held_out_accuracy": [0.10, 0.15, 0.18, 0.19, 0.195]})
+    plms = {"de": (curve, {"updates": 2500, "best_update": 2500, "held_out_accuracy": 0.195, "held_out_loss": 5.15,
+                           "stopped": "max_updates reached", "train_seconds": 7200.0, "precision": "bf16"})}
+    rows = ["ft-srcv", "va-llm"]
+    gathered = read_cells([folder], {row: knobs_digest(KNOBS[row]) for row in rows}, test_digest=text_digest(REFS))
+    built = grid_report(gathered, rows, REFS, Report(baseline="ft-srcv", bootstrap_samples=50), seeds=[1, 2],
+                        plms=plms)
+    speed = built.tables["decoding_speed"].set_index("row")
+    assert speed.loc["va-llm", "decoder"] == "mask-predict" and speed.loc["va-llm", "latency_ms"] == 11.5
+    assert speed.loc["va-llm", "latency_speedup_vs_ft-srcv"] == round(41.5 / 11.5, 2)
+    assert speed.loc["ft-srcv", "latency_speedup_vs_ft-srcv"] == 1.0 and speed.loc["ft-srcv", "seeds"] == 2
+    (line,) = built.tables["plms"].to_dict("records")  # 0.195 at 2,500 against 0.10 at 500: still rising
+    assert line["accuracy_gain_last_2000"] == 0.095 and line["train_hours"] == 2.0
+    assert set(built.tables["plm_curves"]["language"]) == {"de"} and len(built.tables["plm_curves"]) == 5
+    md = built.markdown
+    assert md.index("## Decoding speed") < md.index("## The pretrained language models") < md.index("## Appendix")
+    (tmp_path / "out").mkdir()
+    write_report(built, tmp_path / "out")
+    assert (tmp_path / "out" / "plm_curves.png").stat().st_size > 0
+    assert len(pd.read_csv(tmp_path / "out" / "decoding_speed.csv")) == 2
 
 
 def test_committing_cells_adds_and_never_deletes(two_sessions, tmp_path):

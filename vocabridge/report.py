@@ -388,6 +388,66 @@ def learning_curves_plot(curves: pd.DataFrame, threshold: float | None, path: Pa
     plt.close(fig)
 
 
+def decoding_speed_table(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Guo et al.'s speed claim on our cells: per row its decoder, mean test BLEU, latency (ms a sentence decoded
+    one at a time) and batched throughput (sentences/s), means over seeds, and the speed-up of its latency over
+    `baseline`'s (the baseline's ms / the row's). Empty where no cell measured latency."""
+    columns = ["row", "decoder", "seeds", "bleu", "latency_ms", "sentences_per_second",
+               f"latency_speedup_vs_{baseline}", "machines"]
+    if not len(cells) or "latency_ms" not in cells or pd.to_numeric(cells["latency_ms"], errors="coerce").isna().all():
+        return pd.DataFrame(columns=columns)
+    lines = [{"row": row, "decoder": "/".join(sorted({str(d) for d in part["decoder"].dropna()})) or None,
+              "seeds": len(part), "bleu": _mean(part, "bleu"), "latency_ms": _mean(part, "latency_ms", 1),
+              "sentences_per_second": _mean(part, "sentences_per_second", 1), "machines": part["machine"].nunique()}
+             for row, part in cells.groupby("row", sort=False)]
+    base = next((line["latency_ms"] for line in lines if line["row"] == baseline), None)
+    for line in lines:
+        line[f"latency_speedup_vs_{baseline}"] = round(base / line["latency_ms"], 2) \
+            if base and line["latency_ms"] else None
+    return pd.DataFrame(lines, columns=columns)
+
+
+def plm_summary(plms: dict[str, tuple[pd.DataFrame, dict]], window: int = 2000) -> pd.DataFrame:
+    """The study's pretrained language models (plm@LANG), one line each: updates run, the kept update and its
+    held-out masked-piece accuracy, the accuracy gained over the last `window` updates (still rising or flat) and
+    why training stopped. `plms`: language -> (its curve.csv, its metrics JSON)."""
+    lines = []
+    for lang, (curve, metrics) in plms.items():
+        curve = curve.sort_values("step")
+        last = curve.iloc[-1] if len(curve) else None
+        earlier = curve[curve["step"] <= last["step"] - window] if last is not None else curve
+        lines.append({
+            "language": lang, "updates": metrics.get("updates"), "best_update": metrics.get("best_update"),
+            "held_out_accuracy": metrics.get("held_out_accuracy"), "held_out_loss": metrics.get("held_out_loss"),
+            f"accuracy_gain_last_{window}": round(float(last["held_out_accuracy"]
+                                                        - earlier.iloc[-1]["held_out_accuracy"]), 4)
+            if last is not None and len(earlier) else None,
+            "stopped": metrics.get("stopped", "external model" if metrics.get("external_model") else None),
+            "train_hours": round(metrics["train_seconds"] / 3600, 2) if metrics.get("train_seconds") else None,
+            "precision": metrics.get("precision"), "threads": metrics.get("threads"),
+            "parameters": metrics.get("parameters"), "vocab_size": metrics.get("vocab_size")})
+    return pd.DataFrame(lines)
+
+
+def plm_curves_plot(curves: pd.DataFrame, path: Path) -> None:
+    """Held-out masked-piece accuracy of each language's BERT against its pretraining updates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    for lang, curve in curves.groupby("language", sort=False):
+        ax.plot(curve["step"], curve["held_out_accuracy"], marker="o", markersize=3, label=lang)
+    ax.set_xlabel("masked-LM updates")
+    ax.set_ylabel("held-out masked-piece accuracy")
+    ax.set_title("The BERTs' learning curves (plm@LANG)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def rank_correlations(table: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
     """Spearman rank correlation of each pre-fine-tuning diagnostic with the final test BLEU, over `rows`
     (methods that share one vocabulary, so that per-token perplexities compare)."""
@@ -623,7 +683,8 @@ def cell_line(record: CellRecord, curve: pd.DataFrame, threshold: float | None, 
             "src_vocab": vocab.get("src"), "tgt_vocab": vocab.get("tgt"), "unseen_token_rate": unseen,
             "mean_output_tokens": metrics.get("mean_output_tokens"),
             "sentences_per_second": metrics.get("sentences_per_second"), "latency_ms": metrics.get("latency_ms"),
-            "upstream": upstream.get("name"), "upstream_sha256": upstream.get("sha256"),
+            "decoder": metrics.get("decoder"), "upstream": upstream.get("name"),
+            "upstream_sha256": upstream.get("sha256"),
             "machine": machine_name(machine), "capability": machine.get("capability"),
             "bf16_native": machine.get("bf16_native"), "gpu": machine.get("gpu"), "commit": data.get("commit"),
             "finished": data.get("finished"), "cells_folder": record.source}
@@ -705,7 +766,8 @@ class _Comparer:
 def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *, seeds: Sequence[int] = (),
                 clusters: Sequence[str] | None = None, adapted: frozenset[str] | set[str] = frozenset(),
                 mismatch: dict | None = None, lang=None, upstream_sentences: int | None = None,
-                study: str = "", test_books: Sequence[str] | None = None, heldout: HeldOut | None = None) -> Built:
+                study: str = "", test_books: Sequence[str] | None = None, heldout: HeldOut | None = None,
+                plms: dict[str, tuple[pd.DataFrame, dict]] | None = None) -> Built:
     """The report of a grid from its cell records: `rows` the grid's rows in order, `refs` the test references the
     records' hypotheses were scored against, `cfg` the report settings (vocabridge.config.Report: baseline and
     also_against are row names), `seeds` the grid's seeds (cells not found are listed as not finished),
@@ -714,7 +776,8 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     direction (vocabulary fit), `upstream_sentences` how many upstream test pairs forgetting is measured on,
     `test_books` the test set's books as the report names them (None: the distinct `clusters`), `heldout` the
     second test set (None: none; a record counts on it when its dev_hyp.txt has a line per sentence and its
-    `heldout_dev_test.digest` is the set's)."""
+    `heldout_dev_test.digest` is the set's), `plms` the study's own BERTs (language -> their curve.csv and metrics;
+    None: none)."""
     left_out = list(gathered.left_out)
     records = []
     for record in gathered.records:
@@ -836,16 +899,22 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     seed_tests = seed_comparisons_table(tests, cfg.target_difference)
     fit = vocabulary_fit_table(mismatch, diagnostics, lang) if mismatch_tgt is not None else None
 
+    speed = decoding_speed_table(cells, baseline)
+    plm_lines = plm_summary(plms or {})
+    plm_curves = pd.concat([curve.assign(language=lang) for lang, (curve, _) in (plms or {}).items()],
+                           ignore_index=True) if plms else pd.DataFrame(columns=["language", "step"])
     tables = {"report": table, "rows": rows_table, "cells": cells, "seeds": seeds_frame,
               "seed_comparisons": seed_tests, "correlations": correlations, "learning_curves": grouped_curves,
-              "forgetting": forgetting, "extension": extension}
+              "forgetting": forgetting, "extension": extension, "decoding_speed": speed, "plms": plm_lines,
+              "plm_curves": plm_curves}
     for paper, layout, verdicts in papers:
         tables[f"paper_{paper.key}"], tables[f"paper_{paper.key}_orderings"] = layout, verdicts
     sets = test_sets_sentence(len(refs), test_books if test_books is not None else
                               sorted(set(clusters)) if clusters else None, heldout, dev_by_row, len(records))
     markdown = _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves,
                          threshold, cfg, clusters, forgetting, extension, correlations, shared_vocab, fit,
-                         upstream_sentences, diagnostics, missing_rows, left_out, seeds, baseline, sets, conditions)
+                         upstream_sentences, diagnostics, missing_rows, left_out, seeds, baseline, sets, conditions,
+                         more=_speed_and_plm_markdown(speed, plm_lines, baseline))
     return Built(markdown, tables, grouped_curves, threshold, missing_rows, left_out)
 
 
@@ -882,9 +951,9 @@ def _books(books: Sequence[str]) -> str:
 
 def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves, threshold, cfg,
               clusters, forgetting, extension, correlations, shared_vocab, fit, upstream_sentences, diagnostics,
-              missing_rows, left_out, seeds, baseline, sets="", conditions=None) -> str:
+              missing_rows, left_out, seeds, baseline, sets="", conditions=None, more: Sequence[str] = ()) -> str:
     """report.md: the answer first (the papers' tables, one line per grid row), then the plots and the other
-    sections, then where the cells came from."""
+    sections (`more` last of them), then where the cells came from."""
     machines = cells["machine"].nunique() if len(cells) else 0
     upstreams = cells["upstream_sha256"].nunique() if len(cells) else 0
     lead = (f"{f'Study `{study}`: ' if study else ''}{len(cells)} finished cells of {len(by_row)} of the grid's "
@@ -969,9 +1038,34 @@ def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests,
                 f"the fine-tuned rows with the downstream vocabulary ({', '.join(shared_vocab)}), row means; a "
                 "diagnostic that predicts well is near +1 when higher is better, near -1 when lower is better.\n\n"
                 + to_markdown(correlations))
+    parts.extend(more)
     neighbours = neighbours_markdown(diagnostics).strip()
     return "\n\n".join([*parts, *([neighbours] if neighbours else []),
                         provenance_markdown(cells, rows, by_row, missing_rows, left_out, seeds)])
+
+
+def _speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: str) -> list[str]:
+    """The decoding-speed section (where cells measured latency) and the BERTs' section (where the study made or
+    took BERTs)."""
+    parts = []
+    if len(speed):
+        parts.append(
+            "## Decoding speed\n\nGuo et al.'s claim for Mask-Predict (AB-Net's decoder) against autoregressive "
+            "decoding, on our cells: latency_ms, milliseconds a sentence decoded one at a time over the first "
+            "`evaluate.latency_sentences` test sentences; sentences_per_second, the whole test set batched; means "
+            f"over seeds; latency_speedup_vs_{baseline}, {baseline}'s latency over the row's. Figures of different "
+            "machines do not compare (`machines`; the appendix names them); benchmarks/mask_predict_latency.py "
+            "times the decoders side by side on one machine.\n\n" + to_markdown(speed))
+    if len(plms):
+        gain = next(c for c in plms.columns if c.startswith("accuracy_gain_last_"))
+        parts.append(
+            "## The pretrained language models\n\nThe BERT of each language (plm@LANG) that the AB-Net and "
+            "PLM-sponsored rows start from: the update kept and its masked-piece accuracy on held-out downstream "
+            f"dev text; {gain}, what the last {gain.rsplit('_', 1)[1]} updates added (near 0: the curve has "
+            "flattened); stopped: an early stop (plm.train.patience) or the budget (plm.train.max_updates). The "
+            "curves: `plm_curves.csv`, `plm_curves.png`.\n\n![The BERTs' learning curves](plm_curves.png)\n\n"
+            + to_markdown(plms))
+    return parts
 
 
 SHOWN_ORDERING = ["ordering", "published_delta", "delta", "ci_low", "ci_high", "p_holm", "seeds", "form", "verdict",
@@ -1070,3 +1164,5 @@ def write_report(built: Built, folder: Path) -> None:
         learning_curves_plot(built.curves, built.threshold, folder / "learning_curves.png")
     if len(built.tables["forgetting"]):
         forgetting_plot(built.tables["forgetting"], folder / "forgetting.png")
+    if len(built.tables["plm_curves"]):
+        plm_curves_plot(built.tables["plm_curves"], folder / "plm_curves.png")
