@@ -21,6 +21,11 @@ def upstream(name: str) -> Path:
     return UPSTREAMS / name
 
 
+def plm_outputs(code: str) -> tuple[Path, Path]:
+    """The plm stage's masked-LM learning curve and metrics of language `code` (the report reads both)."""
+    return PLOTS / "plm" / code / "curve.csv", METRICS / "plm" / f"{code}.json"
+
+
 ROWS = Path("data/rows")  # one file per row: its knobs and the hashes of what it draws on (stage row@ROW)
 CELLS = Path("data/cells")  # one folder per finished cell: its record (the evaluate stage)
 

@@ -42,8 +42,7 @@ def main(argv: list[str]) -> None:
     if code not in params.plms:
         raise ConfigError(f"params.yaml: plms: no entry '{code}' (entries: {sorted(params.plms)})")
     spec = params.plms[code]
-    out, curve = paths.PLMS / code, paths.PLOTS / "plm" / code / "curve.csv"
-    metrics = paths.METRICS / "plm" / f"{code}.json"
+    out, (curve, metrics) = paths.PLMS / code, paths.plm_outputs(code)
     device = use_compute(params.compute)
     if spec.model:
         model, tokenizer = load_bert(Path(spec.model))

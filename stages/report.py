@@ -74,7 +74,7 @@ def study_plms(languages) -> dict[str, tuple[pd.DataFrame, dict]]:
     data/models/plm, so new BERTs mean new cells (data/cells), and a new report."""
     found = {}
     for code in languages:
-        curve, metrics = paths.PLOTS / "plm" / code / "curve.csv", paths.METRICS / "plm" / f"{code}.json"
+        curve, metrics = paths.plm_outputs(code)
         if curve.is_file() and metrics.is_file():
             found[code] = (pd.read_csv(curve), json.loads(metrics.read_text(encoding="utf-8")))
     return found
