@@ -90,7 +90,10 @@ def resources(params, knobs, seed: int) -> Resources:
 def abnet_row(cell: Cell, params, knobs, method) -> None:
     """An AB-Net row's initial model is its AB-Net as the abnet stage left it, or with `target_vocabulary` a
     PLM-sponsored model whose decoder took the downstream vocabulary; zero-shot dev BLEU by Mask-Predict (AB-Net-Enc,
-    PLM-sponsored: greedy search); no dev perplexity (a masked LM has none to compare with the NMT rows')."""
+    PLM-sponsored: greedy search) when that AB-Net was trained upstream; none for `upstream: false` (a model never
+    trained to translate writes every verse to the length limit: minutes of decoding a cell for a BLEU of 0, and
+    the fine-tune's curve starts with that model's dev BLEU anyway); no dev perplexity (a masked LM has none to
+    compare with the NMT rows')."""
     import shutil
 
     import sacrebleu
@@ -116,12 +119,14 @@ def abnet_row(cell: Cell, params, knobs, method) -> None:
         else:
             shutil.copytree(source, tmp, dirs_exist_ok=True)
         write_json(tmp / "diagnostics.json", diagnostics)
-    n = params.diagnostics.dev_sentences
-    sources, refs = (read_text_lines(corpus / f"dev.{code}")[:n] for code in (lang.src, lang.tgt))
-    use_compute(params.compute)
-    hyps, _ = translate_abnet(model, source_tokenizer, target_tokenizer, sources, params.abnet.decoding)
-    scores = {"dev_bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2), "dev_perplexity": None,
-              "leave_one_out_cosine_encoder": None, "leave_one_out_cosine_decoder": None}
+    scores = {"dev_bleu": None, "dev_perplexity": None, "leave_one_out_cosine_encoder": None,
+              "leave_one_out_cosine_decoder": None}
+    if params.abnets[knobs.upstream].upstream:
+        n = params.diagnostics.dev_sentences
+        sources, refs = (read_text_lines(corpus / f"dev.{code}")[:n] for code in (lang.src, lang.tgt))
+        use_compute(params.compute)
+        hyps, _ = translate_abnet(model, source_tokenizer, target_tokenizer, sources, params.abnet.decoding)
+        scores["dev_bleu"] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
     write_json(cells.per_cell(paths.DIAGNOSTICS, cell, ".json"), diagnostics)
     write_json(cells.per_cell(paths.METRICS / "transfer", cell, ".json"), scores)
     print(cell.name, scores)

@@ -779,6 +779,10 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
         meta = json.loads((cell(tiny_copy, "models/finetuned", row) / "abnet.json").read_text())
         assert meta["sponsored"]["mlm"] == mlm and meta["sponsored"]["coordinator_layers"] == 1
     assert json.loads((tiny_copy / "data/metrics/abnet/plm-nmt-no-mlm.json").read_text())["updates"] == 0
+    # zero-shot dev BLEU only of a model trained upstream: an untrained one is not decoded before its fine-tune
+    zero = {row: json.loads(cell(tiny_copy, "metrics/transfer", row, suffix=".json").read_text())["dev_bleu"]
+            for row in ("plm-nmt", "plm-nmt-no-mlm")}
+    assert zero["plm-nmt"] >= 0 and zero["plm-nmt-no-mlm"] is None
     assert ours.loc["plm-nmt-no-mlm", "bleu"] >= 0
     # Duan & Zhao's Table 4: the PLM on the decoder side only, the source BERT from random weights, so no teacher
     start = load_file(tiny_copy / "data/models/upstream/plm-nmt-no-plm-enc/source/model.safetensors")
