@@ -2,8 +2,10 @@
 the cell's record.
 
 Also the first `evaluate.upstream_sentences` pairs of the upstream test set, the same way: what adapting cost
-on the original domain (forgetting). With `evaluate.latency_sentences` N, the first N test sentences once more,
-one at a time: milliseconds a sentence, the latency Guo et al. compare.
+on the original domain (forgetting); not for an AB-Net row whose model never trained upstream (`abnets.NAME.upstream:
+false`): it had no upstream translation to forget, and they cost half the test set's decoding again. With
+`evaluate.latency_sentences` N, the first N test sentences once more, one at a time: milliseconds a sentence, the
+latency Guo et al. compare.
 Also the dev verses of the books no checkpoint selection read (`evaluate.heldout_dev`): a second test set.
 Writes data/cells/ROW/sSEED/: record.json (what the report needs of the cell: its metrics, the fine-tune's summary
 and learning curve, the transfer diagnostics, the row's knobs and upstream model hash, the test set's digest, the
@@ -26,6 +28,7 @@ from vocabridge.evaluate import heldout_verses, score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.grid import VERSION, Cell, code_commit, condition_digest, machine, text_digest
 from vocabridge.nmt.train import threads_of, use_compute
+from vocabridge.transfer import knobs_for
 
 
 def main(argv: list[str]) -> None:
@@ -46,7 +49,7 @@ def main(argv: list[str]) -> None:
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed, **precision.as_metrics()}
     upstream_hyps, up_refs = [], []
-    if cfg.upstream_sentences:
+    if cfg.upstream_sentences and trained_upstream(cell.row, params, decode.abnet):
         up = paths.CORPORA / "upstream"
         n = cfg.upstream_sentences
         up_sources = read_text_lines(up / f"test.{lang.src}")[:n]
@@ -72,6 +75,13 @@ def main(argv: list[str]) -> None:
         write_json(tmp / "record.json", record)
     print({k: metrics[k] for k in ("method", "bleu", "chrf", "ter", "sentences_per_second")}
           | ({"upstream_bleu": metrics["upstream"]["bleu"]} if "upstream" in metrics else {}))
+
+
+def trained_upstream(row: str, params, abnet: bool) -> bool:
+    """Whether the row's model learned to translate the upstream domain before its fine-tune: every NMT row's
+    upstream model did (in-domain, which starts from nothing, keeps the figure as the floor of forgetting); an AB-Net
+    row's did when its `abnets` entry trained upstream."""
+    return not abnet or params.abnets[knobs_for(row, params.rows).upstream].upstream
 
 
 def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: list[str], family: str) -> dict:

@@ -783,6 +783,10 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     zero = {row: json.loads(cell(tiny_copy, "metrics/transfer", row, suffix=".json").read_text())["dev_bleu"]
             for row in ("plm-nmt", "plm-nmt-no-mlm")}
     assert zero["plm-nmt"] >= 0 and zero["plm-nmt-no-mlm"] is None
+    # nor is its upstream test set decoded (no forgetting to measure); the upstream-trained model's is
+    assert record(tiny_copy, "plm-nmt-no-mlm")["upstream_test"] is None
+    assert "upstream" not in record(tiny_copy, "plm-nmt-no-mlm")["metrics"]
+    assert record(tiny_copy, "plm-nmt")["metrics"]["upstream"]["test_sentences"] == 200
     assert ours.loc["plm-nmt-no-mlm", "bleu"] >= 0
     # Duan & Zhao's Table 4: the PLM on the decoder side only, the source BERT from random weights, so no teacher
     start = load_file(tiny_copy / "data/models/upstream/plm-nmt-no-plm-enc/source/model.safetensors")
