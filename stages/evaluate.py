@@ -28,7 +28,6 @@ from vocabridge.evaluate import heldout_verses, score
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.grid import VERSION, Cell, code_commit, condition_digest, machine, text_digest
 from vocabridge.nmt.train import threads_of, use_compute
-from vocabridge.transfer import knobs_for
 
 
 def main(argv: list[str]) -> None:
@@ -80,8 +79,11 @@ def main(argv: list[str]) -> None:
 def trained_upstream(row: str, params, abnet: bool) -> bool:
     """Whether the row's model learned to translate the upstream domain before its fine-tune: every NMT row's
     upstream model did (in-domain, which starts from nothing, keeps the figure as the floor of forgetting); an AB-Net
-    row's did when its `abnets` entry trained upstream."""
-    return not abnet or params.abnets[knobs_for(row, params.rows).upstream].upstream
+    row's did when its `abnets` entry (named in the row's stamp) trained upstream."""
+    if not abnet:
+        return True
+    stamp = json.loads(cells.row_file(row).read_text(encoding="utf-8"))
+    return params.abnets[stamp["knobs"]["upstream"]].upstream
 
 
 def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: list[str], family: str) -> dict:
