@@ -17,6 +17,7 @@ Significance is computed by the report stage, which sees every cell's hypotheses
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict
 
 from stages import _cells as cells
@@ -37,6 +38,7 @@ def main(argv: list[str]) -> None:
     decode = RowDecoder(cells.finetuned(cell), cfg, params.abnet.decoding, device, threads_of(params.compute.threads))
     decoder, src, tgt, precision = decode.name, decode.src, decode.tgt, decode.precision
     family = "abnet" if decode.abnet else "nmt"  # which fine-tune budget the model trained under
+    stamp = json.loads(cells.row_file(cell.row).read_text(encoding="utf-8"))  # the row's knobs (stage row@ROW)
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
     hyps, speed = decode(sources)
@@ -48,7 +50,7 @@ def main(argv: list[str]) -> None:
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed, **precision.as_metrics()}
     upstream_hyps, up_refs = [], []
-    if cfg.upstream_sentences and trained_upstream(cell.row, params, decode.abnet):
+    if cfg.upstream_sentences and trained_upstream(stamp, params, decode.abnet):
         up = paths.CORPORA / "upstream"
         n = cfg.upstream_sentences
         up_sources = read_text_lines(up / f"test.{lang.src}")[:n]
@@ -61,7 +63,7 @@ def main(argv: list[str]) -> None:
         dev_hyps, _ = decode(dev_sources)
         metrics["heldout_dev"] = {"test_sentences": len(dev_sources), "books": dev_books,
                                   **score(dev_hyps, dev_refs)}
-    record = cell_record(cell, params, metrics, refs, up_refs, family)
+    record = cell_record(cell, stamp, params, metrics, refs, up_refs, family)
     if dev_refs:
         record["heldout_dev_test"] = {"sentences": len(dev_refs), "digest": text_digest(dev_refs), "books": dev_books}
     with atomic_dir(cells.cell_record(cell)) as tmp:
@@ -76,24 +78,23 @@ def main(argv: list[str]) -> None:
           | ({"upstream_bleu": metrics["upstream"]["bleu"]} if "upstream" in metrics else {}))
 
 
-def trained_upstream(row: str, params, abnet: bool) -> bool:
+def trained_upstream(stamp: dict, params, abnet: bool) -> bool:
     """Whether the row's model learned to translate the upstream domain before its fine-tune: every NMT row's
     upstream model did (in-domain, which starts from nothing, keeps the figure as the floor of forgetting); an AB-Net
     row's did when its `abnets` entry (named in the row's stamp) trained upstream."""
     if not abnet:
         return True
-    stamp = json.loads(cells.row_file(row).read_text(encoding="utf-8"))
     return params.abnets[stamp["knobs"]["upstream"]].upstream
 
 
-def cell_record(cell: Cell, params, metrics: dict, refs: list[str], up_refs: list[str], family: str) -> dict:
-    """Everything the report reads of a cell, from this stage's scores and the earlier stages' files."""
-    import time
+def cell_record(cell: Cell, stamp: dict, params, metrics: dict, refs: list[str], up_refs: list[str],
+                family: str) -> dict:
+    """Everything the report reads of a cell, from this stage's scores, the row's stamp and the earlier stages'
+    files."""
 
     def read(path):
         return json.loads(path.read_text(encoding="utf-8"))
 
-    stamp = read(cells.row_file(cell.row))
     train_pairs = stamp["knobs"].get("train_pairs")
     train_pairs = params.finetune.train_pairs if train_pairs is None else train_pairs
     training = asdict(params.training_for(family, stamp["knobs"].get("max_updates")))  # the row's budget
