@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -104,6 +105,17 @@ def git(args: list[str], cwd: Path) -> str:
     return proc.stdout
 
 
+def up_to_date(stage: str, workspace: Path) -> bool:
+    """Whether `dvc status` finds nothing to do for the stage itself (its upstream stages are the flow's business);
+    False when DVC cannot say (a process writing the stage's outputs makes status busy too)."""
+    proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", stage], cwd=workspace, env=dvc_env(),
+                          capture_output=True, text=True)
+    try:
+        return proc.returncode == 0 and json.loads(proc.stdout) == {}
+    except json.JSONDecodeError:
+        return False
+
+
 def error_line(output: str) -> str:
     """The most telling line: the stage's own `error:` line, else DVC's `ERROR:` line, else the last line."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
@@ -141,7 +153,9 @@ def repro_stage(stage: str, workspace: Path, log: Callable[[str], None] | None =
     up after 3 s: with stages beside it hashing their outputs, a finished stage then failed and ran again from
     the start. `--wait-for-lock` makes DVC wait for that lock instead. Another DVC process writing the same
     outputs makes DVC refuse at once ("is busy"); we wait for it (polling) up to `lock_timeout` seconds of
-    waiting, then fail with DVC's message.
+    waiting, then fail with DVC's message. So does one that only reads them: a long stage downstream (a BERT
+    reading the corpora for hours, run by another flow) holds a read lock that `repro` meets even when the stage
+    has nothing to do; `dvc status`, which only reads, then tells an up-to-date stage, and we move on.
     """
     args = ["--wait-for-lock", "repro", "--single-item", *(["--force"] if force else []),
             *(["--pull"] if pull else []), stage]
@@ -153,6 +167,8 @@ def repro_stage(stage: str, workspace: Path, log: Callable[[str], None] | None =
         if proc.returncode == 0:
             keep_lock(workspace)
             return StageRun(stage, outcome(proc.stdout, stage), time.time() - started, started, waited)
+        if BUSY.search(proc.stdout) and not force and up_to_date(stage, workspace):
+            return StageRun(stage, "up-to-date", time.time() - started, started, waited)
         if BUSY.search(proc.stdout) and waited_s < lock_timeout:
             waited += 1
             if log:

@@ -786,3 +786,28 @@ def test_a_finished_stage_waits_for_the_repository_lock_instead_of_running_again
     assert done.outcome == "ran" and (tmp_path / "out.txt").read_text() == "done"
     assert (tmp_path / "runs.txt").read_text() == "1"  # DVC waited to record it; it was not run a second time
     assert run(["dvc", "status", "s"], tmp_path).stdout.strip() == "Data and pipelines are up to date."
+
+
+def test_an_up_to_date_stage_whose_outputs_another_stage_reads_does_not_wait_for_it(tmp_path):
+    """A long stage downstream (run by another flow or `dvc repro`) holds a read lock on what it reads for hours;
+    `repro` of the stage that wrote it meets that lock even when there is nothing to do, and status decides."""
+    from dvc.repo import Repo
+    from dvc.rwlock import rwlock
+
+    from flows.dvcrun import repro_stage
+
+    run(["dvc", "init", "--no-scm", "-q"], tmp_path)
+    stages = {"a": {"cmd": "echo one > a.txt", "outs": ["a.txt"]},
+              "b": {"cmd": "echo two > b.txt", "deps": ["a.txt"], "outs": ["b.txt"]}}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    assert repro_stage("a", tmp_path, lock_timeout=10).outcome == "ran"
+    with Repo(str(tmp_path)) as repo:
+        with rwlock(repo.tmp_dir, repo.fs, "a test reading a.txt", [str(tmp_path / "a.txt")], [], False):
+            started = time.time()
+            done = repro_stage("a", tmp_path, lock_timeout=10)
+            assert done.outcome == "up-to-date" and time.time() - started < 10
+            stages["a"]["cmd"] = "echo changed > a.txt"  # now it has something to do: it waits, then says why
+            (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+            with pytest.raises(StageError, match="stage 'a' failed: workspace busy for 3 s"):
+                repro_stage("a", tmp_path, lock_timeout=3)
+    assert (tmp_path / "a.txt").read_text() == "one\n"
