@@ -4,7 +4,8 @@ autoregressive rows, in one script, on the same sentences, the rows taking turns
     python benchmarks/mask_predict_latency.py [--workspace .] [--rows ft-srcv,mask-predict,abnet,abnet-enc]
                                               [--seed 1] [--sentences 100] [--batched 0] [--repeat 3] [--threads N]
 
-Each row's fine-tuned model of seed S, as the flow leaves it in the workspace (data/models/finetuned/ROW/sS),
+Each row's fine-tuned model of seed S, as the flow leaves it in the workspace (data/models/finetuned/ROW/sS; a row
+written ROW:S takes seed S, for a workspace whose rows have different seeds at hand),
 decodes the first N downstream test sentences one at a time (milliseconds a sentence: the paper's latency) and the
 first `--batched` test sentences (0: all of them) in the evaluate stage's batches (sentences a second), with the
 evaluate stage's own code and the workspace's `evaluate` and `abnet.decoding` params. `--repeat` rounds, every
@@ -54,15 +55,21 @@ def main() -> None:
     if args.threads:
         params.compute.threads = args.threads
     device = use_compute(params.compute)
-    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-    missing = [r for r in rows if not (Path("data/models/finetuned") / Cell(r, args.seed).path).is_dir()]
+    cells = {}
+    for spec in (r.strip() for r in args.rows.split(",") if r.strip()):
+        row, _, seed = spec.partition(":")
+        if seed and not seed.isdigit():
+            parser.error(f"--rows: '{spec}' is not ROW or ROW:SEED")
+        cells[row] = Cell(row, int(seed) if seed else args.seed)
+    rows = list(cells)
+    missing = [c.name for c in cells.values() if not (Path("data/models/finetuned") / c.path).is_dir()]
     if missing:
-        parser.error(f"no fine-tuned model of seed {args.seed} for {', '.join(missing)} under "
-                     f"{args.workspace / 'data/models/finetuned'} (run the rows' finetune stages first)")
+        parser.error(f"no fine-tuned model of {', '.join(missing)} under "
+                     f"{args.workspace / 'data/models/finetuned'} (run the cells' finetune stages first)")
     corpus, lang = Path("data/corpora/downstream"), params.lang
     test = read_text_lines(corpus / f"test.{lang.src}")
     single, batched = test[: args.sentences], test[: args.batched or len(test)]
-    decoders = {r: RowDecoder(Path("data/models/finetuned") / Cell(r, args.seed).path, params.evaluate,
+    decoders = {r: RowDecoder(Path("data/models/finetuned") / cells[r].path, params.evaluate,
                               params.abnet.decoding, device, threads_of(params.compute.threads)) for r in rows}
     runs: dict[str, dict[str, list[dict]]] = {r: {"single": [], "batched": []} for r in rows}
     for _ in range(max(1, args.repeat)):
@@ -70,7 +77,8 @@ def main() -> None:
             runs[row]["single"].append(timed(decode, single, one_at_a_time=True))
             runs[row]["batched"].append(timed(decode, batched))
     print(f"{len(single)} sentences one at a time, {len(batched)} batched, of {args.workspace / corpus}/test."
-          f"{lang.src}; seed {args.seed}; {device}, {threads_of(params.compute.threads)} threads; beam "
+          f"{lang.src}; cells {', '.join(c.name for c in cells.values())}; {device}, "
+          f"{threads_of(params.compute.threads)} threads; beam "
           f"{params.evaluate.beam}; Mask-Predict {params.abnet.decoding.length_candidates} lengths x at most "
           f"{params.abnet.decoding.iterations} iterations; fastest of {max(1, args.repeat)} rounds")
     print(f"{'row':<22}{'decoding':<34}{'ms/sentence':>12}{'sent/s':>9}{'pieces':>8}{'iters':>7}"

@@ -809,7 +809,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     assert frozen["trainable_parameters"] < enc_tuning["trainable_parameters"] < enc_tuning["parameters"]
     # Guo et al.'s speed claim by hand: one script decodes every family with the evaluate stage's code, in turns
     proc = run(["python", str(ROOT / "benchmarks/mask_predict_latency.py"), "--workspace", str(tiny_copy), "--rows",
-                "ft-srcv,mask-predict,abnet,abnet-enc", "--sentences", "4", "--batched", "8", "--repeat", "1"],
+                "ft-srcv:1,mask-predict,abnet,abnet-enc", "--sentences", "4", "--batched", "8", "--repeat", "1"],
                tiny_copy)
     assert proc.returncode == 0, proc.stderr[-3000:]
     speeds = {line.split()[0]: line.split()[-6:] for line in proc.stdout.splitlines()[2:6]}
