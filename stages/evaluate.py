@@ -22,6 +22,7 @@ from dataclasses import asdict
 
 from stages import _cells as cells
 from stages import _paths as paths
+from vocabridge.config import translated_upstream
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.decoding import RowDecoder
 from vocabridge.entry import run
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> None:
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed, **precision.as_metrics()}
     upstream_hyps, up_refs = [], []
-    if cfg.upstream_sentences and trained_upstream(stamp, params, decode.abnet):
+    if cfg.upstream_sentences and translated_upstream(params, stamp["knobs"].get("upstream"), decode.abnet):
         up = paths.CORPORA / "upstream"
         n = cfg.upstream_sentences
         up_sources = read_text_lines(up / f"test.{lang.src}")[:n]
@@ -76,15 +77,6 @@ def main(argv: list[str]) -> None:
         write_json(tmp / "record.json", record)
     print({k: metrics[k] for k in ("method", "bleu", "chrf", "ter", "sentences_per_second")}
           | ({"upstream_bleu": metrics["upstream"]["bleu"]} if "upstream" in metrics else {}))
-
-
-def trained_upstream(stamp: dict, params, abnet: bool) -> bool:
-    """Whether the row's model learned to translate the upstream domain before its fine-tune: every NMT row's
-    upstream model did (in-domain, which starts from nothing, keeps the figure as the floor of forgetting); an AB-Net
-    row's did when its `abnets` entry (named in the row's stamp) trained upstream."""
-    if not abnet:
-        return True
-    return params.abnets[stamp["knobs"]["upstream"]].upstream
 
 
 def cell_record(cell: Cell, stamp: dict, params, metrics: dict, refs: list[str], up_refs: list[str],

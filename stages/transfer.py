@@ -13,6 +13,7 @@ import json
 
 from stages import _cells as cells
 from stages import _paths as paths
+from vocabridge.config import translated_upstream
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError, InputError
@@ -121,7 +122,7 @@ def abnet_row(cell: Cell, params, knobs, method) -> None:
         write_json(tmp / "diagnostics.json", diagnostics)
     scores = {"dev_bleu": None, "dev_perplexity": None, "leave_one_out_cosine_encoder": None,
               "leave_one_out_cosine_decoder": None}
-    if params.abnets[knobs.upstream].upstream:
+    if translated_upstream(params, knobs.upstream, abnet=True):
         n = params.diagnostics.dev_sentences
         sources, refs = (read_text_lines(corpus / f"dev.{code}")[:n] for code in (lang.src, lang.tgt))
         use_compute(params.compute)

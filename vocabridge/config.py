@@ -653,6 +653,14 @@ def sponsored_settings(params: Params, name: str) -> Sponsored:
     return parse(Sponsored, merged, f"params.abnets.{name}.sponsored")
 
 
+def translated_upstream(params: Params, upstream: str | None, abnet: bool) -> bool:
+    """Whether a row's model learned to translate the upstream domain before its fine-tune: every NMT row's upstream
+    model did (in-domain, which starts from nothing, keeps the forgetting figure as its floor); an AB-Net row's did
+    when its `abnets` entry `upstream` trained upstream. A model that never did has no zero-shot dev BLEU to decode
+    (it writes every verse to the length limit) and no upstream translation to forget."""
+    return not abnet or params.abnets[upstream].upstream
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Read and validate params.yaml; errors name the file and the dotted key."""
     data = read_yaml(path)
