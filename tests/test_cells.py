@@ -57,7 +57,7 @@ def write_cell(folder: Path, row: str, seed: int, machine: dict, upstream: str, 
               "upstream": {"name": "base", "sha256": upstream},
               "test": {"sentences": len(REFS), "digest": test_digest or text_digest(REFS)}, "upstream_test": None,
               "metrics": {"bleu": round(bleu, 2), "chrf": 50.0, "ter": 60.0, "upstream": {"bleu": 20.0 + seed}},
-              "finetune": {"updates": 300, "best_update": 300 if seed % 2 else 250, "seed": seed,
+              "finetune": {"updates": 300 if seed % 2 else 280, "best_update": 300 if seed % 2 else 250, "seed": seed,
                            "train_seconds": 600.0 + 60 * seed, "threads": 1},
               "transfer": {"dev_bleu": 1.0, "dev_perplexity": 900.0}, "diagnostics": {},
               "params": {"train_pairs": 1000, "finetune": {"max_updates": 300, "patience": 6}}, "machine": machine,
@@ -104,6 +104,8 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
     assert rows.loc["ft-srcv", "seeds"] == rows.loc["va-llm", "seeds"] == 5  # both sessions' seeds count
     assert rows.loc["ft-tgtv-random", "seeds"] == 4 and rows.loc["ft-srcv", "seed_list"] == "1-5"
     assert rows.loc["va-llm", "best_at_end"] == "3/5" and rows.loc["va-llm", "best_update"] == 280
+    assert rows.loc["va-llm", "budget_stops"] == "3/5"  # odd seeds ran all 300 updates; even ones stopped at 280
+    assert "| best_at_end | budget_stops |" in built.markdown
     assert rows.loc["va-llm", "ci_low"] < rows.loc["va-llm", "bleu_mean"] < rows.loc["va-llm", "ci_high"]
     assert rows.loc["va-llm", "machines"] == 2 and rows.loc["va-llm", "upstream_models"] == 2
     # pairs only where the keys (seed, upstream sha256) match: ft-tgtv-random's seed 4 has upstream C

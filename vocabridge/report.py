@@ -670,10 +670,12 @@ def cell_line(record: CellRecord, curve: pd.DataFrame, threshold: float | None, 
     zero, machine, upstream = data.get("transfer") or {}, data.get("machine") or {}, data.get("upstream") or {}
     vocab = metrics.get("vocab_size") or {}
     updates, best = tuning.get("updates"), tuning.get("best_update")
+    budget = ((data.get("params") or {}).get("finetune") or {}).get("max_updates") or 0  # the row's budget
     return {"row": record.row, "seed": record.seed, "cell": record.cell.name, "method": data.get("method"),
             "bleu": metrics.get("bleu"), "chrf": metrics.get("chrf"), "ter": metrics.get("ter"),
             "upstream_bleu": (metrics.get("upstream") or {}).get("bleu"), "updates": updates, "best_update": best,
             "best_at_end": bool(updates) and best == updates,
+            "budget_stop": bool(updates) and updates >= budget,
             "trained_parameters": tuning.get("trainable_parameters"), "train_seconds": tuning.get("train_seconds"),
             "device": tuning.get("device"), "threads": tuning.get("threads"), "precision": tuning.get("precision"),
             **curve_summary(curve, threshold),
@@ -849,6 +851,7 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
                 "chrf": _mean(part, "chrf"), "ter": _mean(part, "ter"), "updates": _mean(part, "updates", 0),
                 "best_update": _mean(part, "best_update", 0),
                 "best_at_end": f"{int(part['best_at_end'].sum())}/{len(part)}",
+                "budget_stops": f"{int(part['budget_stop'].sum())}/{len(part)}",
                 "upstream_bleu": _mean(part, "upstream_bleu"), "machines": part["machine"].nunique(),
                 "upstream_models": part["upstream_sha256"].nunique()}
         dev_members = dev_by_row.get(row, [])
@@ -982,13 +985,15 @@ def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests,
             + "\n\n".join(_paper_markdown(paper, layout, verdicts, rows, conditions or {})
                           for paper, layout, verdicts in papers))
     refs = list(tests)
-    shown = ["row", "seeds", "bleu_mean", "ci_low", "ci_high", "bleu_std", "best_update", "best_at_end", "updates",
-             "upstream_bleu", "heldout_dev_bleu", "pretrain_init",
+    shown = ["row", "seeds", "bleu_mean", "ci_low", "ci_high", "bleu_std", "best_update", "best_at_end",
+             "budget_stops", "updates", "upstream_bleu", "heldout_dev_bleu", "pretrain_init",
              *[column for ref in refs for column in (f"vs_{ref}", f"vs_{ref} {DEV}")]]
     parts.append(
         "## One line per grid row\n\nMean test BLEU over the row's seeds with its 95% interval; best_update: "
         "updates to the best checkpoint (mean over seeds), best_at_end: cells whose best checkpoint is their last "
-        "(the fine-tune may not have converged), updates: updates run (mean); upstream_bleu: test BLEU on the "
+        "(the fine-tune may not have converged), budget_stops: cells that ran all of their row's max_updates (early "
+        "stopping did not end them: whether they converged is not known), updates: updates run (mean); "
+        "upstream_bleu: test BLEU on the "
         "upstream domain (forgetting); heldout_dev_bleu: mean BLEU on the second test set (over the cells that "
         "have it); pretrain_init: how the row's upstream model's embeddings started (`rows.csv` has each row's "
         f"whole condition); vs REF: the row minus the reference (family: the rows against that reference; `vs` "
