@@ -50,11 +50,11 @@ def test_va_llm_benchmark_runs_at_a_toy_size():
     assert "va-llm (k=10" in done.stdout and "for 297 tokens" in done.stdout
 
 
-def test_sponsored_decoding_benchmark_decodes_the_same_pieces_both_ways():
+def test_sponsored_decoding_benchmark_decodes_the_same_pieces_all_three_ways():
     done = run(["benchmarks/sponsored_decoding.py", "--sentences", "2", "--source-len", "5", "--max-len", "4",
                 "--vocab", "200", "--repeat", "1"])
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "same pieces: True" in done.stdout
+    assert "same pieces: True" in done.stdout and "re-projecting / Prefixes" in done.stdout
 
 
 def test_plm_precision_benchmark_times_both_arms_of_each_update():

@@ -59,6 +59,25 @@ class CoordinatorLayer(nn.Module):
         h = query + self.dropout(attended)
         return self.norm(h + self.dropout(self.ffn(h)))
 
+    def keys_values(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention's key and value projections of `rows` ([B, L, d]), each [B, heads, L, d / heads]."""
+        mha, d = self.attention, self.attention.embed_dim
+        kv = F.linear(rows, mha.in_proj_weight[d:], mha.in_proj_bias[d:])
+        k, v = kv.unflatten(-1, (2, mha.num_heads, d // mha.num_heads)).permute(2, 0, 3, 1, 4)
+        return k, v
+
+    def step(self, row: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, blocked: torch.Tensor,
+             ) -> torch.Tensor:
+        """`forward` at one new position ([B, 1, d]), from the projected keys and values of everything
+        it sees (`keys_values`; `blocked`: [B, 1, 1, L] additive mask): each row is projected once, where
+        `forward` projects the whole [r^S; r^T; r_{j-1}] again at every step."""
+        mha, d = self.attention, self.attention.embed_dim
+        q = F.linear(row, mha.in_proj_weight[:d], mha.in_proj_bias[:d]).unflatten(-1, (mha.num_heads, -1))
+        attended = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=blocked,
+                                                  dropout_p=mha.dropout if self.training else 0.0)
+        h = row + self.dropout(mha.out_proj(attended.transpose(1, 2).flatten(2)))
+        return self.norm(h + self.dropout(self.ffn(h)))
+
 
 class Coordinator(nn.Module):
     """A stack of coordinator layers over the source and target representations (both [B, *, d])."""
@@ -216,20 +235,17 @@ def sponsored_loss(model: PlmSponsored, batch: dict[str, torch.Tensor], label_sm
 
 class Prefixes:
     """A batch of decoder prefixes grown one piece a step, with what each step needs of the earlier positions: the
-    target BERT's keys and values (transformers' DynamicCache) and each coordinator layer's inputs so far. No
-    position sees a later one, so earlier states never change and a step runs the new position only."""
+    target BERT's keys and values (transformers' DynamicCache) and each coordinator layer's keys and values of the
+    source, r^T and its inputs so far. No position sees a later one, so earlier states never change and a step
+    runs and projects the new position only."""
 
     def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor):
         from transformers.cache_utils import DynamicCache
 
-        self.model, self.r_s, self.source_padding = model, r_s, source_keep == 0
-        self.cache = DynamicCache()
-        empty = r_s.new_zeros(len(r_s), 0, r_s.shape[-1])
-        self.r_t, self.inputs = empty, [empty] * len(model.coordinator.layers)
-
-    @property
-    def length(self) -> int:
-        return self.r_t.shape[1]
+        self.model, self.cache, self.length = model, DynamicCache(), 0
+        self.keys, self.values = map(list, zip(*(layer.keys_values(r_s) for layer in model.coordinator.layers),
+                                                strict=True))
+        self.blocked = additive_mask(source_keep, r_s.dtype)  # [B, 1, 1, m]: the source's padding
 
     def extend(self, pieces: torch.Tensor) -> torch.Tensor:
         """Append one piece to each prefix ([B]); the logits of the piece after it ([B, V])."""
@@ -237,19 +253,20 @@ class Prefixes:
         h = model.target_bert.bert.embeddings(input_ids=pieces[:, None], past_key_values_length=position)
         for layer in model.target_bert.bert.encoder.layer:
             h = layer(h, attention_mask=None, past_key_values=self.cache)
-        self.r_t = torch.cat([self.r_t, h], dim=1)
+        self.length += 1
+        self.blocked = F.pad(self.blocked, (0, 2))  # the two new rows of [r^T; r_{j-1}] are seen
         r = h + model.coordinator.positions.weight[position][None, None]
-        padding = torch.cat([self.source_padding, self.source_padding.new_zeros(len(h), 2 * (position + 1))], 1)
         for j, layer in enumerate(model.coordinator.layers):
-            self.inputs[j] = torch.cat([self.inputs[j], r], dim=1)
-            r = layer(self.inputs[j], self.r_s, self.r_t, None, padding, last=1)
+            k, v = layer.keys_values(torch.cat([h, r], dim=1))  # order within [r^S; ...] does not matter
+            self.keys[j], self.values[j] = torch.cat([self.keys[j], k], 2), torch.cat([self.values[j], v], 2)
+            r = layer.step(r, self.keys[j], self.values[j], self.blocked)
         return model.target_bert.cls(r)[:, -1].float()
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the prefixes `rows` (beam search's survivors, each of its own sentence)."""
         self.cache.reorder_cache(rows)
-        self.r_s, self.source_padding = self.r_s[rows], self.source_padding[rows]
-        self.r_t, self.inputs = self.r_t[rows], [x[rows] for x in self.inputs]
+        self.keys, self.values = [k[rows] for k in self.keys], [v[rows] for v in self.values]
+        self.blocked = self.blocked[rows]
 
 
 def restrict(logits: torch.Tensor, special: dict[str, int], last: bool) -> torch.Tensor:
