@@ -138,6 +138,34 @@ def test_resume_continues_exactly_where_the_checkpoint_left_off(tmp_path, vocabs
     assert not other._resume()  # another configuration never resumes a foreign checkpoint
 
 
+def test_a_raised_budget_continues_the_run_that_reached_the_old_one(tmp_path, vocabs, data):
+    """A run to 6 updates, its budget then raised to 12 (the fingerprint holds the budget, as the stages' do),
+    ends where a run to 12 from the start ends; a lower budget, or an old one off the evaluation cadence, starts
+    afresh instead."""
+    from dataclasses import replace
+
+    def run(cfg, name, seed=1):
+        model = build_model(ARCH, *vocabs, seed=seed)
+        trainer = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), cfg, tmp_path / name,
+                          {"cfg": {"run": "x", "max_updates": cfg.max_updates}}, name)
+        return model, trainer.train()
+
+    full_model, full = run(TRAIN, "full")
+    _, short = run(replace(TRAIN, max_updates=6), "raised")
+    assert short.step == 6 and short.stopped == "max_updates reached"
+    model, raised = run(TRAIN, "raised", seed=99)  # a different init: everything comes from the checkpoint
+    assert raised.step == 12 and raised.dev_log == full.dev_log and raised.stopped == full.stopped
+    assert [r["loss"] for r in raised.loss_log] == [r["loss"] for r in full.loss_log]
+    for (name, p), q in zip(full_model.state_dict().items(), model.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    _, lowered = run(replace(TRAIN, max_updates=4), "raised")  # past this budget: a run of its own
+    assert lowered.step == 4 and [r["step"] for r in lowered.dev_log] == [0, 4]
+    _, off = run(replace(TRAIN, max_updates=8), "off")  # ended at 8 with an evaluation a longer run has not
+    assert [r["step"] for r in off.dev_log] == [0, 6, 8]
+    _, again = run(TRAIN, "off")
+    assert again.dev_log == full.dev_log and [r["loss"] for r in again.loss_log] == [r["loss"] for r in full.loss_log]
+
+
 def test_a_kill_while_a_checkpoint_replaces_the_last_resumes_from_the_one_before(tmp_path, vocabs, data,
                                                                                   monkeypatch):
     """atomic_dir moves `last` aside before moving the new one in; killed between the two renames (at the

@@ -9,13 +9,15 @@ the checkpoint, its evaluation (`validate`). The loop owns everything else, the 
   `checkpoint_every` (and at the end);
 - checkpoint selection (the later update wins a tie) and early stopping after `patience` evaluations without gain;
 - exact resume: the `last` checkpoint holds weights, optimizer, schedule, torch's RNG and the loop's state, so a
-  killed run goes on with the same batches and dropout masks as one never stopped;
+  killed run goes on with the same batches and dropout masks as one never stopped, and a run that reached its
+  `max_updates` goes on when the budget is raised, as if it had had the larger one from the start;
 - progress: a tqdm bar in a terminal, a line every few percent elsewhere (vocabridge.progress).
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -28,7 +30,7 @@ from safetensors.torch import load_model, save_model
 
 from vocabridge.errors import VocabridgeError
 from vocabridge.fileio import atomic_dir, recover_dir
-from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
+from vocabridge.nmt.checkpoint import checkpoint_record, load_checkpoint, save_checkpoint
 from vocabridge.progress import progress, write
 
 
@@ -160,6 +162,10 @@ class TrainLoop:
         self.state.checkpoint_seconds += time.perf_counter() - started
 
     def _resume(self) -> bool:
+        record = checkpoint_record(self.ckpt_dir)
+        if record is not None and not self._continues(record.get("state") or {}):
+            shutil.rmtree(self.ckpt_dir)  # another budget's run that this one cannot take over exactly
+            return False
         saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.module, self.optimizer, self.device)
         if saved is None:
             return False
@@ -173,6 +179,18 @@ class TrainLoop:
             self.state.stopped = ""  # ran to an end that is now further on: go on (an early stop stays one)
         self._last_saved = self.state.step
         return True
+
+    def _continues(self, saved: dict) -> bool:
+        """Whether a checkpoint of this run (under any budget: `same_run`) is where a run to this budget would be:
+        not past this budget and, if it ended at its own smaller one, without an end-of-run evaluation or log row
+        off the cadence that a longer run would not have made (it would also have chosen its best by it)."""
+        cadence, step = self.cadence, saved.get("step", 0)
+        if step > cadence.max_updates:
+            return False
+        ended = step < cadence.max_updates and bool(saved.get("stopped")) and \
+            not saved["stopped"].startswith("early stop")
+        off_cadence = any(every and step % every for every in (cadence.eval_every, cadence.log_every))
+        return not (ended and off_cadence)
 
     def load_best(self) -> None:
         load_model(self.module, str(self.ckpt_dir / "best" / "model.safetensors"), device=str(self.device))

@@ -3,6 +3,10 @@
 A checkpoint is the folder `last` of a run's checkpoint directory, written atomically: the module's weights
 (model.safetensors), the optimizer's state and torch's RNG (optimizer.safetensors), and a JSON record that
 carries the fingerprint of the configuration it belongs to. Safetensors and JSON only: nothing is unpickled.
+
+The update budget (`max_updates`, wherever the fingerprint holds it) is no part of what a checkpoint belongs to:
+it says where a run ends, not what it does on the way (no schedule here depends on it), so a run that reached its
+budget goes on when the budget is raised (`Trainer._resume` says when that is exact).
 """
 
 from __future__ import annotations
@@ -44,14 +48,31 @@ def save_checkpoint(ckpt_dir: Path, module: torch.nn.Module, optimizer: torch.op
         write_json(tmp / "state.json", record | {"format": FORMAT})
 
 
+BUDGET = "max_updates"
+
+
+def same_run(saved, fingerprint) -> bool:
+    """Whether two fingerprints name one run: equal but for their update budgets."""
+
+    def run(part):
+        if isinstance(part, dict):
+            return {k: run(v) for k, v in part.items() if k != BUDGET}
+        return [run(v) for v in part] if isinstance(part, list | tuple) else part
+
+    return run(saved) == run(json.loads(json.dumps(fingerprint, default=str)))
+
+
+def checkpoint_record(ckpt_dir: Path) -> dict | None:
+    """The record of ckpt_dir/last (a kill in the middle of its save recovered first); None when there is none."""
+    recover_dir(Path(ckpt_dir) / "last")
+    state = Path(ckpt_dir) / "last" / "state.json"
+    return json.loads(state.read_text(encoding="utf-8")) if state.is_file() else None
+
+
 def resumable(ckpt_dir: Path, fingerprint: dict) -> bool:
     """Whether ckpt_dir/last belongs to this configuration (what load_checkpoint would resume)."""
-    recover_dir(Path(ckpt_dir) / "last")  # a kill in the middle of the last save moved it aside
-    state = Path(ckpt_dir) / "last" / "state.json"
-    if not state.is_file():
-        return False
-    record = json.loads(state.read_text(encoding="utf-8"))
-    return record.get("fingerprint") == fingerprint and record.get("format") == FORMAT
+    record = checkpoint_record(ckpt_dir)
+    return record is not None and same_run(record.get("fingerprint"), fingerprint) and record.get("format") == FORMAT
 
 
 def load_checkpoint(ckpt_dir: Path, fingerprint: dict, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -60,11 +81,10 @@ def load_checkpoint(ckpt_dir: Path, fingerprint: dict, module: torch.nn.Module, 
     configuration and return its record; None when there is none. The checkpoints of another configuration or
     layout are removed (all of ckpt_dir), so that training starts afresh instead of resuming something else."""
     folder = Path(ckpt_dir) / "last"
-    recover_dir(folder)  # a kill between atomic_dir's two renames leaves the previous checkpoint set aside
-    if not (folder / "state.json").is_file():
+    record = checkpoint_record(ckpt_dir)  # a kill between atomic_dir's two renames set the previous one aside
+    if record is None:
         return None
-    record = json.loads((folder / "state.json").read_text(encoding="utf-8"))
-    if record.get("fingerprint") != fingerprint or record.get("format") != FORMAT:
+    if not same_run(record.get("fingerprint"), fingerprint) or record.get("format") != FORMAT:
         shutil.rmtree(ckpt_dir)
         return None
     load_model(module, str(folder / "model.safetensors"), device=str(device))
