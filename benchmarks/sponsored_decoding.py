@@ -57,18 +57,13 @@ class Reprojecting(Prefixes):
         self.r_t, self.inputs = empty, [empty] * len(model.coordinator.layers)
 
     def extend(self, pieces: torch.Tensor) -> torch.Tensor:
-        model, position = self.model, self.length
-        h = model.target_bert.bert.embeddings(input_ids=pieces[:, None], past_key_values_length=position)
-        for layer in model.target_bert.bert.encoder.layer:
-            h = layer(h, attention_mask=None, past_key_values=self.cache)
-        self.length += 1
+        h, r = self.target_step(pieces)
         self.r_t = torch.cat([self.r_t, h], dim=1)
-        r = h + model.coordinator.positions.weight[position][None, None]
-        padding = torch.cat([self.source_padding, self.source_padding.new_zeros(len(h), 2 * (position + 1))], 1)
-        for j, layer in enumerate(model.coordinator.layers):
+        padding = torch.cat([self.source_padding, self.source_padding.new_zeros(len(h), 2 * self.length)], 1)
+        for j, layer in enumerate(self.model.coordinator.layers):
             self.inputs[j] = torch.cat([self.inputs[j], r], dim=1)
             r = layer(self.inputs[j], self.r_s, self.r_t, None, padding, last=1)
-        return model.target_bert.cls(r)[:, -1].float()
+        return self.model.target_bert.cls(r)[:, -1].float()
 
 
 @torch.inference_mode()

@@ -247,20 +247,24 @@ class Prefixes:
                                                 strict=True))
         self.blocked = additive_mask(source_keep, r_s.dtype)  # [B, 1, 1, m]: the source's padding
 
-    def extend(self, pieces: torch.Tensor) -> torch.Tensor:
-        """Append one piece to each prefix ([B]); the logits of the piece after it ([B, V])."""
+    def target_step(self, pieces: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """r^T at the new position ([B, 1, d]) from the target BERT's cache, and r_0 there (with its position)."""
         model, position = self.model, self.length
         h = model.target_bert.bert.embeddings(input_ids=pieces[:, None], past_key_values_length=position)
         for layer in model.target_bert.bert.encoder.layer:
             h = layer(h, attention_mask=None, past_key_values=self.cache)
         self.length += 1
+        return h, h + model.coordinator.positions.weight[position][None, None]
+
+    def extend(self, pieces: torch.Tensor) -> torch.Tensor:
+        """Append one piece to each prefix ([B]); the logits of the piece after it ([B, V])."""
+        h, r = self.target_step(pieces)
         self.blocked = F.pad(self.blocked, (0, 2))  # the two new rows of [r^T; r_{j-1}] are seen
-        r = h + model.coordinator.positions.weight[position][None, None]
-        for j, layer in enumerate(model.coordinator.layers):
+        for j, layer in enumerate(self.model.coordinator.layers):
             k, v = layer.keys_values(torch.cat([h, r], dim=1))  # order within [r^S; ...] does not matter
             self.keys[j], self.values[j] = torch.cat([self.keys[j], k], 2), torch.cat([self.values[j], v], 2)
             r = layer.step(r, self.keys[j], self.values[j], self.blocked)
-        return model.target_bert.cls(r)[:, -1].float()
+        return self.model.target_bert.cls(r)[:, -1].float()
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the prefixes `rows` (beam search's survivors, each of its own sentence)."""
