@@ -57,6 +57,30 @@ def test_sponsored_decoding_benchmark_decodes_the_same_pieces_all_three_ways():
     assert "same pieces: True" in done.stdout and "re-projecting / Prefixes" in done.stdout
 
 
+def test_sponsored_decoding_benchmark_beam_searches_a_model_directory_the_same_both_ways(tmp_path):
+    """The beam mode on a model directory as the pipeline saves it (two tiny BERTs and a coordinator)."""
+    from vocabridge.config import AbnetAdapters, BertArch, Sponsored
+    from vocabridge.plm.abnet import new_abnet, save_abnet
+    from vocabridge.plm.bert import build_bert, save_bert, train_plm_tokenizer
+
+    text = ["Im Anfang schuf Gott Himmel und Erde.", "Und die Erde war wüst und leer.",
+            "Und Gott sprach: Es werde Licht!", "Und es ward Licht."]
+    tokenizer = train_plm_tokenizer(text, 60, tmp_path / "tok")
+    size = BertArch(hidden=32, layers=2, heads=2, ffn=64, max_positions=40, dropout=0.0)
+    for side, seed in (("de", 1), ("en", 2)):
+        save_bert(build_bert(size, tokenizer, seed), tokenizer, tmp_path / side)
+    model, source_tokenizer, target_tokenizer = new_abnet(
+        tmp_path / "de", tmp_path / "en", AbnetAdapters(encoder_inner=16, decoder_ffn=32, max_target_len=30), True, 7,
+        "coordinator", Sponsored(coordinator_layers=2, coordinator_ffn=64, dropout=0.0, distill=False))
+    save_abnet(model, tmp_path / "model", source_tokenizer, target_tokenizer)
+    (tmp_path / "test.de").write_text("\n".join(text * 2) + "\n", encoding="utf-8")
+    done = run(["benchmarks/sponsored_decoding.py", "--beam", "3", "--model", str(tmp_path / "model"), "--source",
+                str(tmp_path / "test.de"), "--batch", "3", "--max-len", "6", "--repeat", "1"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "beam 3, 8 sentences" in done.stdout and "whole batch / beam_search" in done.stdout
+    assert "same pieces: True" in done.stdout
+
+
 def test_plm_precision_benchmark_times_both_arms_of_each_update():
     done = run(["benchmarks/plm_precision.py", "--profile", "tiny", "--rounds", "1"])
     assert done.returncode == 0, done.stderr[-2000:]

@@ -293,9 +293,12 @@ def test_beam_search_with_a_beam_as_wide_as_the_vocabulary_finds_the_best_hypoth
         assert found[i] == best and score(i, found[i]) == pytest.approx(score(i, best))
 
 
-def test_decoding_one_piece_a_step_gives_the_logits_of_the_whole_prefix(tokenizer):
-    """Prefixes (the target BERT's key/value cache and the coordinator's inputs so far) give, step by step, the
-    logits the model computes over the whole prefix at once; selecting rows (beam search) keeps each row's own."""
+@pytest.mark.parametrize("steps", [64, 2])
+def test_decoding_one_piece_a_step_gives_the_logits_of_the_whole_prefix(tokenizer, steps):
+    """Prefixes (the target BERT's key/value cache and the coordinator's keys and values so far, in buffers with
+    room for `steps` pieces that grow when full) give, step by step, the logits the model computes over the whole
+    prefix at once; selecting rows (beam search: any rows, or a reordering among rows of one source) keeps each
+    row's own."""
     from vocabridge.plm.sponsored import Prefixes
 
     torch.manual_seed(0)
@@ -303,18 +306,68 @@ def test_decoding_one_piece_a_step_gives_the_logits_of_the_whole_prefix(tokenize
     src = tokenizer(TEXT[:2], padding=True, return_tensors="pt")  # padded sources: the padding stays masked
     target = tokenizer(TEXT[2:3] * 2, return_tensors="pt")["input_ids"]
     target[1, 3:] = target[1, 3:].flip(0)  # two different prefixes
+    assert target.shape[1] > 2 * steps or steps == 64  # the small buffers grow twice at least
+
+    def expected(parent: int, pieces: list[int]) -> torch.Tensor:
+        ids = torch.cat([target[parent], torch.tensor(pieces)])[None]
+        logits, _, _ = model(src["input_ids"][parent : parent + 1], src["attention_mask"][parent : parent + 1], ids,
+                             torch.ones_like(ids))
+        return logits[0, -1]
+
     with torch.inference_mode():
         whole, _, _ = model(src["input_ids"], src["attention_mask"], target, torch.ones_like(target))
-        prefixes = Prefixes(model, model.encode(src["input_ids"], src["attention_mask"])[0], src["attention_mask"])
-        steps = torch.stack([prefixes.extend(target[:, i]) for i in range(target.shape[1])], dim=1)
-        assert torch.allclose(steps, whole, atol=1e-4)
+        prefixes = Prefixes(model, model.encode(src["input_ids"], src["attention_mask"])[0], src["attention_mask"],
+                            steps)
+        steps_logits = torch.stack([prefixes.extend(target[:, i]) for i in range(target.shape[1])], dim=1)
+        assert torch.allclose(steps_logits, whole, atol=1e-4)
         prefixes.select(torch.tensor([1, 1, 0]))
         after = prefixes.extend(torch.tensor([5, 7, 5]))
-    for row, parent, piece in ((0, 1, 5), (1, 1, 7), (2, 0, 5)):
-        ids = torch.cat([target[parent], torch.tensor([piece])])[None]
-        expected, _, _ = model(src["input_ids"][parent : parent + 1], src["attention_mask"][parent : parent + 1], ids,
-                               torch.ones_like(ids))
-        assert torch.allclose(after[row], expected[0, -1], atol=1e-4)
+        for row, parent, piece in ((0, 1, 5), (1, 1, 7), (2, 0, 5)):
+            assert torch.allclose(after[row], expected(parent, [piece]), atol=1e-4)
+        prefixes.select(torch.tensor([1, 0, 2]), same_sources=True)  # rows 0 and 1 share source 1
+        again = prefixes.extend(torch.tensor([9, 9, 9]))
+        for row, parent, pieces in ((0, 1, [7, 9]), (1, 1, [5, 9]), (2, 0, [5, 9])):
+            assert torch.allclose(again[row], expected(parent, pieces), atol=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_sentence_whose_search_ended_leaves_the_batch_and_the_others_translate_as_alone(tokenizer, beam,
+                                                                                          monkeypatch):
+    """Sentences leave the batch as their searches end (greedy and beam search): each still gets what it gets
+    decoded alone. A random model's [SEP] rarely wins, so its output layer is sharpened and [SEP]'s bias raised
+    until a search ends before the others (the prefixes are seen to shrink)."""
+    from vocabridge.plm.sponsored import Prefixes, beam_search
+
+    torch.manual_seed(0)
+    model = sponsored(tokenizer, kd=False).eval()
+    batch = tokenizer(TEXT[:4], padding=True, return_tensors="pt")
+    special = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id,
+               "mask": tokenizer.mask_token_id}
+    shrank = []
+    select = Prefixes.select
+
+    def seen(self, rows, same_sources=False):
+        shrank.append(len(rows) < len(self.blocked))
+        select(self, rows, same_sources)
+
+    monkeypatch.setattr(Prefixes, "select", seen)
+    head = model.target_bert.cls.predictions
+    with torch.no_grad():
+        head.transform.LayerNorm.weight *= 40
+    for tenths in range(40, 70):
+        with torch.no_grad():
+            head.bias[special["sep"]] = tenths / 10
+        shrank.clear()
+        together = beam_search(model, batch["input_ids"], batch["attention_mask"], special, beam, max_len=8)
+        if any(shrank):
+            break
+    else:
+        pytest.fail("no [SEP] bias ends a search before the others")
+    for i, pieces in enumerate(together):
+        width = int(batch["attention_mask"][i].sum())
+        alone = beam_search(model, batch["input_ids"][i : i + 1, :width], batch["attention_mask"][i : i + 1, :width],
+                            special, beam, max_len=8)
+        assert alone == [pieces]
 
 
 @pytest.mark.parametrize("plms", ["encoder", "decoder"])

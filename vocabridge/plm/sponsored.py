@@ -237,15 +237,36 @@ class Prefixes:
     """A batch of decoder prefixes grown one piece a step, with what each step needs of the earlier positions: the
     target BERT's keys and values (transformers' DynamicCache) and each coordinator layer's keys and values of the
     source, r^T and its inputs so far. No position sees a later one, so earlier states never change and a step
-    runs and projects the new position only."""
+    runs and projects the new position only.
 
-    def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor):
+    Each coordinator layer keeps its keys and values in a buffer, the source's first, room for `steps` pieces
+    after them: a step writes its two new positions in place, and beam search's reordering within a sentence
+    (`select(..., same_sources=True)`) gathers the target part only, into a second buffer that then takes the
+    first's place; concatenating and gathering the whole of them at every step was most of a batch's decoding."""
+
+    def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor, steps: int = 64):
         from transformers.cache_utils import DynamicCache
 
-        self.model, self.cache, self.length = model, DynamicCache(), 0
-        self.keys, self.values = map(list, zip(*(layer.keys_values(r_s) for layer in model.coordinator.layers),
-                                                strict=True))
-        self.blocked = additive_mask(source_keep, r_s.dtype)  # [B, 1, 1, m]: the source's padding
+        self.model, self.cache, self.length, self.start = model, DynamicCache(), 0, r_s.shape[1]
+        self.buffers: list[torch.Tensor] = []  # keys and values of layer j at 2j and 2j + 1
+        for layer in model.coordinator.layers:
+            for projected in layer.keys_values(r_s):
+                buffer = projected.new_empty(*projected.shape[:2], self.start + 2 * steps, projected.shape[-1])
+                buffer[:, :, : self.start] = projected
+                self.buffers.append(buffer)
+        self.spares = [self._spare(buffer) for buffer in self.buffers]  # where select gathers to
+        # [B, 1, 1, capacity]: the source's padding blocked, every target position seen once written
+        self.blocked = F.pad(additive_mask(source_keep, r_s.dtype), (0, 2 * steps))
+
+    def _spare(self, buffer: torch.Tensor) -> torch.Tensor:
+        spare = torch.empty_like(buffer)
+        spare[:, :, : self.start] = buffer[:, :, : self.start]
+        return spare
+
+    @property
+    def end(self) -> int:
+        """How many positions of each coordinator buffer are written."""
+        return self.start + 2 * self.length
 
     def target_step(self, pieces: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """r^T at the new position ([B, 1, d]) from the target BERT's cache, and r_0 there (with its position)."""
@@ -259,18 +280,32 @@ class Prefixes:
     def extend(self, pieces: torch.Tensor) -> torch.Tensor:
         """Append one piece to each prefix ([B]); the logits of the piece after it ([B, V])."""
         h, r = self.target_step(pieces)
-        self.blocked = F.pad(self.blocked, (0, 2))  # the two new rows of [r^T; r_{j-1}] are seen
+        end = self.end  # the two new rows of [r^T; r_{j-1}] sit at end - 2 and end - 1
+        if end > self.buffers[0].shape[2]:  # out of room: twice as much
+            grow = self.buffers[0].shape[2] - self.start
+            self.buffers, self.spares = ([F.pad(b, (0, 0, 0, grow)) for b in kept] for kept in (self.buffers,
+                                                                                             self.spares))
+            self.blocked = F.pad(self.blocked, (0, grow))
+        blocked = self.blocked[..., :end]
         for j, layer in enumerate(self.model.coordinator.layers):
-            k, v = layer.keys_values(torch.cat([h, r], dim=1))  # order within [r^S; ...] does not matter
-            self.keys[j], self.values[j] = torch.cat([self.keys[j], k], 2), torch.cat([self.values[j], v], 2)
-            r = layer.step(r, self.keys[j], self.values[j], self.blocked)
+            keys, values = self.buffers[2 * j], self.buffers[2 * j + 1]
+            keys[:, :, end - 2 : end], values[:, :, end - 2 : end] = layer.keys_values(torch.cat([h, r], dim=1))
+            r = layer.step(r, keys[:, :, :end], values[:, :, :end], blocked)
         return self.model.target_bert.cls(r)[:, -1].float()
 
-    def select(self, rows: torch.Tensor) -> None:
-        """Keep the prefixes `rows` (beam search's survivors, each of its own sentence)."""
+    def select(self, rows: torch.Tensor, same_sources: bool = False) -> None:
+        """Keep the prefixes `rows` (any rows, any number of them); `same_sources`: row i of the result has the
+        source row i had (beam search's survivors among one sentence's beam), so only the target parts move."""
         self.cache.reorder_cache(rows)
-        self.keys, self.values = [k[rows] for k in self.keys], [v[rows] for v in self.values]
-        self.blocked = self.blocked[rows]
+        start, end = (self.start if same_sources else 0), self.end  # the written part that moves
+        if not same_sources:
+            self.spares = [buffer.new_empty(len(rows), *buffer.shape[1:]) for buffer in self.buffers]
+            self.blocked = self.blocked[rows]
+        for buffer, spare in zip(self.buffers, self.spares, strict=True):
+            torch.index_select(buffer[:, :, start:end], 0, rows, out=spare[:, :, start:end])
+        self.buffers, self.spares = self.spares, self.buffers
+        if not same_sources:
+            self.spares = [self._spare(buffer) for buffer in self.buffers]
 
 
 def restrict(logits: torch.Tensor, special: dict[str, int], last: bool) -> torch.Tensor:
@@ -285,21 +320,25 @@ def restrict(logits: torch.Tensor, special: dict[str, int], last: bool) -> torch
 def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
                   max_len: int) -> list[list[int]]:
     """Left-to-right greedy decoding from [CLS] until [SEP] (at most `max_len` pieces); pieces without
-    [CLS]/[SEP]."""
-    prefixes = Prefixes(model, model.encode(source, source_keep)[0], source_keep)
-    out = torch.full((len(source), 1), special["cls"], dtype=torch.long, device=source.device)
-    done = torch.zeros(len(source), dtype=torch.bool, device=source.device)
+    [CLS]/[SEP]. A sentence leaves the batch once it has its [SEP]: the rest decode without it."""
+    prefixes = Prefixes(model, model.encode(source, source_keep)[0], source_keep, max_len + 1)
+    pieces: list[list[int]] = [[] for _ in range(len(source))]
+    live = list(range(len(source)))  # the sentences still decoding, in the prefixes' row order
+    last = torch.full((len(source),), special["cls"], dtype=torch.long, device=source.device)
     for step in range(max_len + 1):
-        chosen = restrict(prefixes.extend(out[:, -1]), special, step == max_len).argmax(-1)
-        chosen = chosen.masked_fill(done, special["pad"])
-        out = torch.cat([out, chosen[:, None]], dim=1)
-        done |= chosen == special["sep"]
-        if done.all():
+        chosen = restrict(prefixes.extend(last), special, step == max_len).argmax(-1)
+        ended = chosen == special["sep"]
+        for sentence, piece, end in zip(live, chosen.tolist(), ended.tolist(), strict=True):
+            if not end:
+                pieces[sentence].append(piece)
+        if ended.all():
             break
-    pieces = []
-    for row in out[:, 1:].tolist():
-        end = row.index(special["sep"]) if special["sep"] in row else len(row)
-        pieces.append([p for p in row[:end] if p != special["pad"]])
+        if ended.any():
+            going = (~ended).nonzero()[:, 0]
+            prefixes.select(going)
+            live = [live[i] for i in going.tolist()]
+            chosen = chosen[going]
+        last = chosen
     return pieces
 
 
@@ -309,28 +348,29 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
     """Beam search from [CLS] (beam 1: greedy_search), as transformers runs it by default: a hypothesis ends with
     [SEP] and scores its summed log-probability over (pieces + 1) ** length_penalty; a sentence keeps its `beam`
     best finished hypotheses and stops once its best live one, scored at the current length, cannot beat the
-    worst of them, or at `max_len` pieces (never more than the decoder has positions for)."""
+    worst of them, or at `max_len` pieces (never more than the decoder has positions for). A sentence that stops
+    leaves the batch: the others decode without its beam."""
     max_len = min(max_len, model.target_bert.config.max_position_embeddings - 2)
     if beam == 1:
         return greedy_search(model, source, source_keep, special, max_len)
-    sentences, device = len(source), source.device
+    device = source.device
     r_s, _ = model.encode(source, source_keep)
-    prefixes = Prefixes(model, r_s.repeat_interleave(beam, 0), source_keep.repeat_interleave(beam, 0))
-    seqs = torch.full((sentences * beam, 1), special["cls"], dtype=torch.long, device=device)
-    scores = torch.full((sentences, beam), -torch.inf, device=device)
+    prefixes = Prefixes(model, r_s.repeat_interleave(beam, 0), source_keep.repeat_interleave(beam, 0), max_len + 1)
+    live = list(range(len(source)))  # the sentences still searching; sentence live[b] owns rows b * beam ...
+    seqs = torch.full((len(live) * beam, 1), special["cls"], dtype=torch.long, device=device)
+    scores = torch.full((len(live), beam), -torch.inf, device=device)
     scores[:, 0] = 0.0  # one live hypothesis to start from
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(sentences)]
-    done = [False] * sentences
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in live]
     for step in range(max_len + 1):
         logits = restrict(prefixes.extend(seqs[:, -1]), special, step == max_len)
         vocab = logits.shape[1]
-        candidates = (scores.reshape(-1, 1) + logits.log_softmax(-1)).reshape(sentences, beam * vocab)
+        candidates = (scores.reshape(-1, 1) + logits.log_softmax(-1)).reshape(len(live), beam * vocab)
         top, index = (t.cpu() for t in candidates.topk(2 * beam, dim=1))  # read in Python, entry by entry
-        rows, tokens, kept = [], [], torch.full((sentences, beam), -torch.inf)
-        for b in range(sentences):
-            alive = 0
+        rows, tokens, kept, going = [], [], torch.full((len(live), beam), -torch.inf), []
+        for b, sentence in enumerate(live):
+            alive, chosen = 0, len(rows)
             for rank, (score, i) in enumerate(zip(top[b].tolist(), index[b].tolist(), strict=True)):
-                if done[b] or score == -torch.inf or alive == beam:
+                if score == -torch.inf or alive == beam:
                     break
                 parent, token = divmod(i, vocab)
                 if token != special["sep"]:
@@ -340,17 +380,22 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
                     alive += 1
                 elif rank < beam:  # as transformers: an end among the top `beam` candidates only
                     pieces = seqs[b * beam + parent, 1:].tolist()
-                    finished[b] = sorted([*finished[b], (score / (len(pieces) + 1) ** length_penalty, pieces)],
-                                         key=lambda hyp: -hyp[0])[:beam]
+                    finished[sentence] = sorted([*finished[sentence],
+                                                 (score / (len(pieces) + 1) ** length_penalty, pieces)],
+                                                key=lambda hyp: -hyp[0])[:beam]
             best_alive = kept[b, 0].item() / (step + 1) ** length_penalty
-            done[b] = done[b] or (len(finished[b]) == beam and best_alive <= finished[b][-1][0])
+            if len(finished[sentence]) == beam and best_alive <= finished[sentence][-1][0]:
+                del rows[chosen:], tokens[chosen:]  # done: its beam leaves the batch
+                continue
+            going.append(b)
             while alive < beam:  # dead slots keep a placeholder that never wins
                 rows.append(b * beam)
                 tokens.append(special["pad"])
                 alive += 1
-        if all(done):
+        if not going or step == max_len:
             break
-        seqs = torch.cat([seqs[rows], torch.tensor(tokens, device=device)[:, None]], dim=1)
-        prefixes.select(torch.tensor(rows, device=device))
-        scores = kept.to(device)
+        selected = torch.tensor(rows, device=device)
+        seqs = torch.cat([seqs[selected], torch.tensor(tokens, device=device)[:, None]], dim=1)
+        prefixes.select(selected, same_sources=len(going) == len(live))
+        live, scores = [live[b] for b in going], kept[going].to(device)
     return [f[0][1] if f else [] for f in finished]
