@@ -35,7 +35,7 @@ from vocabridge.config import BertArch, Sponsored
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.precision import describe_cpu
 from vocabridge.plm.abnet import additive_mask, load_abnet
-from vocabridge.plm.sponsored import PlmSponsored, Prefixes, beam_search, greedy_search, restrict
+from vocabridge.plm.sponsored import PlmSponsored, Prefixes, beam_search, greedy_search, restrict, survivors
 from vocabridge.plm.train import pad_sources, special_ids
 
 
@@ -137,25 +137,13 @@ def whole_batch_beam_search(model: PlmSponsored, source: torch.Tensor, source_ke
         top, index = (scores.reshape(-1, 1) + logits.log_softmax(-1)).reshape(sentences, -1).topk(2 * beam, dim=1)
         rows, tokens, kept = [], [], torch.full((sentences, beam), -torch.inf)
         for b in range(sentences):
-            alive = 0
-            for rank, (score, i) in enumerate(zip(top[b].tolist(), index[b].tolist(), strict=True)):
-                if done[b] or score == -torch.inf or alive == beam:
-                    break
-                parent, token = divmod(i, vocab)
-                if token != special["sep"]:
-                    rows.append(b * beam + parent)
-                    tokens.append(token)
-                    kept[b, alive] = score
-                    alive += 1
-                elif rank < beam:
-                    pieces = seqs[b * beam + parent, 1:].tolist()
-                    finished[b] = sorted([*finished[b], (score / (len(pieces) + 1), pieces)],
-                                         key=lambda hyp: -hyp[0])[:beam]
-            done[b] = done[b] or (len(finished[b]) == beam and kept[b, 0].item() / (step + 1) <= finished[b][-1][0])
-            while alive < beam:
-                rows.append(b * beam)
-                tokens.append(special["pad"])
-                alive += 1
+            chosen, pieces, alive = ([], [], []) if done[b] else survivors(
+                top[b].tolist(), index[b].tolist(), vocab, beam, b * beam, seqs, special, 1.0, finished[b])
+            kept[b, : len(alive)] = torch.tensor(alive)
+            best_alive = (alive[0] if alive else -torch.inf) / (step + 1)
+            done[b] = done[b] or (len(finished[b]) == beam and best_alive <= finished[b][-1][0])
+            rows += chosen + [b * beam] * (beam - len(chosen))  # every sentence keeps its beam in the batch
+            tokens += pieces + [special["pad"]] * (beam - len(chosen))
         if all(done):
             break
         seqs = torch.cat([seqs[rows], torch.tensor(tokens)[:, None]], dim=1)

@@ -342,6 +342,29 @@ def greedy_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.
     return pieces
 
 
+def survivors(scores: list[float], index: list[int], vocab: int, beam: int, first_row: int, seqs: torch.Tensor,
+              special: dict[str, int], length_penalty: float, finished: list[tuple[float, list[int]]],
+              ) -> tuple[list[int], list[int], list[float]]:
+    """One sentence's step of beam search from its best continuations (`scores`, best first; `index` into the
+    beam x vocab continuations of its rows, from `first_row` of `seqs` on): the rows, next pieces and scores of at
+    most `beam` live hypotheses. A continuation that ends ([SEP]) among the top `beam` joins `finished` (its `beam`
+    best, best first), as transformers counts it."""
+    rows, pieces, kept = [], [], []
+    for rank, (score, i) in enumerate(zip(scores, index, strict=True)):
+        if score == -torch.inf or len(rows) == beam:
+            break
+        parent, token = divmod(i, vocab)
+        if token != special["sep"]:
+            rows.append(first_row + parent)
+            pieces.append(token)
+            kept.append(score)
+        elif rank < beam:
+            ended = seqs[first_row + parent, 1:].tolist()
+            finished[:] = sorted([*finished, (score / (len(ended) + 1) ** length_penalty, ended)],
+                                 key=lambda hyp: -hyp[0])[:beam]
+    return rows, pieces, kept
+
+
 @torch.inference_mode()
 def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Tensor, special: dict[str, int],
                 beam: int, length_penalty: float = 1.0, max_len: int = 126) -> list[list[int]]:
@@ -368,30 +391,15 @@ def beam_search(model: PlmSponsored, source: torch.Tensor, source_keep: torch.Te
         top, index = (t.cpu() for t in candidates.topk(2 * beam, dim=1))  # read in Python, entry by entry
         rows, tokens, kept, going = [], [], torch.full((len(live), beam), -torch.inf), []
         for b, sentence in enumerate(live):
-            alive, chosen = 0, len(rows)
-            for rank, (score, i) in enumerate(zip(top[b].tolist(), index[b].tolist(), strict=True)):
-                if score == -torch.inf or alive == beam:
-                    break
-                parent, token = divmod(i, vocab)
-                if token != special["sep"]:
-                    rows.append(b * beam + parent)
-                    tokens.append(token)
-                    kept[b, alive] = score
-                    alive += 1
-                elif rank < beam:  # as transformers: an end among the top `beam` candidates only
-                    pieces = seqs[b * beam + parent, 1:].tolist()
-                    finished[sentence] = sorted([*finished[sentence],
-                                                 (score / (len(pieces) + 1) ** length_penalty, pieces)],
-                                                key=lambda hyp: -hyp[0])[:beam]
-            best_alive = kept[b, 0].item() / (step + 1) ** length_penalty
+            chosen, pieces, alive = survivors(top[b].tolist(), index[b].tolist(), vocab, beam, b * beam, seqs,
+                                              special, length_penalty, finished[sentence])
+            best_alive = (alive[0] if alive else -torch.inf) / (step + 1) ** length_penalty
             if len(finished[sentence]) == beam and best_alive <= finished[sentence][-1][0]:
-                del rows[chosen:], tokens[chosen:]  # done: its beam leaves the batch
-                continue
+                continue  # done: its beam leaves the batch
             going.append(b)
-            while alive < beam:  # dead slots keep a placeholder that never wins
-                rows.append(b * beam)
-                tokens.append(special["pad"])
-                alive += 1
+            kept[b, : len(alive)] = torch.tensor(alive)
+            rows += chosen + [b * beam] * (beam - len(chosen))  # dead slots keep a placeholder that never wins
+            tokens += pieces + [special["pad"]] * (beam - len(chosen))
         if not going or step == max_len:
             break
         selected = torch.tensor(rows, device=device)
