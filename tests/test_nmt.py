@@ -301,6 +301,37 @@ def test_a_dev_bleu_tie_selects_the_later_update_not_the_untrained_start(tmp_pat
     assert any(not torch.equal(start[k], v) for k, v in model.state_dict().items())
 
 
+def test_patience_on_both_goes_on_while_the_dev_loss_falls_and_takes_over_a_run_stopped_by_bleu_alone(
+        tmp_path, vocabs, data, monkeypatch):
+    """A flat dev BLEU stops a run at its first tie under BLEU's patience; with `patience_on: both` a dev loss
+    below every earlier one is a gain too. The checkpoint of the run that BLEU stopped goes on under `both` exactly
+    as a run under `both` from the start (the stop is replayed from the dev log); a checkpoint past the stop that
+    BLEU's patience would have made starts afresh."""
+    import vocabridge.nmt.train as train
+
+    monkeypatch.setattr(train, "dev_bleu", lambda *args, **kwargs: 0.0)
+
+    def run(cfg, name, seed=1):
+        model = build_model(ARCH, *vocabs, seed=seed)
+        fingerprint = {"cfg": {"run": "x", "patience": cfg.patience, "patience_on": cfg.patience_on}}
+        return model, Trainer(model, *vocabs, data, (DE[:10], EN[:10]), cfg, tmp_path / name, fingerprint,
+                              name).train()
+
+    bleu, both = replace(TRAIN, patience=1), replace(TRAIN, patience=1, patience_on="both")
+    _, stopped = run(bleu, "taken-over")
+    assert stopped.step == 6 and stopped.stopped == "early stop: no dev BLEU gain in 1 evaluations"
+    full_model, full = run(both, "both")
+    losses = [row["dev_loss"] for row in full.dev_log]
+    assert full.step == 12 and full.stopped == "max_updates reached" and losses == sorted(losses, reverse=True)
+    model, taken = run(both, "taken-over", seed=99)  # everything from the checkpoint at update 6
+    assert taken.step == 12 and taken.dev_log == full.dev_log and taken.stopped == full.stopped
+    assert [r["loss"] for r in taken.loss_log] == [r["loss"] for r in full.loss_log]
+    for (name, p), q in zip(full_model.state_dict().items(), model.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    _, afresh = run(bleu, "both")  # BLEU alone would have stopped at 6, before this checkpoint's 12
+    assert afresh.step == 6 and [r["step"] for r in afresh.dev_log] == [0, 6]
+
+
 def test_selecting_by_dev_loss_exports_the_lowest_loss_update_whatever_bleu_says(tmp_path, vocabs, data, monkeypatch):
     """Where BLEU is noise (here it falls after update 0), `select_by: loss` picks the update with least dev loss."""
     import vocabridge.nmt.train as train

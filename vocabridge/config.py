@@ -165,6 +165,9 @@ class Training:
     select_by: Literal["bleu", "loss"] = "bleu"  # the dev figure that picks the checkpoint and drives patience:
     #                                              greedy BLEU, or cross-entropy where BLEU is noise (tiny models)
     patience: int = 5  # evaluations without a dev gain before stopping; 0: never
+    patience_on: Literal["both"] | None = None  # unset: a gain is one in select_by's figure; both: in dev BLEU or
+    #                                             a dev loss below every earlier one (a model whose BLEU is still
+    #                                             noise while its loss falls has not converged)
     checkpoint_every: int = 200
     log_every: int = 50
     threads: int = 0  # torch threads of this training; 0: compute.threads. Part of the result: on a CPU another

@@ -80,6 +80,8 @@ class TrainLoop:
     State: ClassVar[type[LoopState]] = LoopState
     unit: ClassVar[str] = "upd"
     selection: ClassVar[str] = "dev score"  # what `validate` scores, for the early-stop message
+    replayed: ClassVar[tuple[str, ...]] = ()  # settings (fingerprint keys) whose early stop `replay` re-decides
+    #                                            from a checkpoint: a run under other values of them is the same run
 
     def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: torch.optim.lr_scheduler.LRScheduler | None, cadence: Cadence, ckpt_dir: Path,
@@ -116,6 +118,16 @@ class TrainLoop:
     def best_score(self) -> float:
         """The selection score of the best evaluation so far (-inf before any), from the figures `improved` noted."""
         return -math.inf
+
+    def gained(self, score: float, best: float) -> bool:
+        """Whether the evaluation just made (`score`; `best`: the best before it) resets the patience."""
+        return score > best
+
+    def replay(self, saved: dict) -> tuple[int, int | None] | None:
+        """What this run's patience makes of a checkpoint's evaluations (`saved`: its state): the evaluations
+        without a gain at their end and the update of the early stop (None: no stop); None where the family keeps
+        no record of its evaluations (its early stop then stays as it was saved)."""
+        return None
 
     def postfix(self, row: dict) -> dict:
         """The progress bar's figures after a window."""
@@ -166,7 +178,8 @@ class TrainLoop:
         if record is not None and not self._continues(record.get("state") or {}):
             shutil.rmtree(self.ckpt_dir)  # another budget's run that this one cannot take over exactly
             return False
-        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.module, self.optimizer, self.device)
+        saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.module, self.optimizer, self.device,
+                                self.replayed)
         if saved is None:
             return False
         recover_dir(self.ckpt_dir / "best")  # the best weights that `last`'s state names, if a kill set them aside
@@ -176,7 +189,14 @@ class TrainLoop:
                 group["lr"] = lr
         self.state = self.State(**saved["state"])
         if not self.state.stopped.startswith("early stop") and self.state.step < self.cadence.max_updates:
-            self.state.stopped = ""  # ran to an end that is now further on: go on (an early stop stays one)
+            self.state.stopped = ""  # ran to an end that is now further on: go on (an early stop stays one ...
+        replayed = self.replay(saved["state"])
+        if replayed is not None:  # ... unless this run's patience, replayed, says otherwise)
+            self.state.bad_evals, stop = replayed
+            if stop is not None:
+                self.state.stopped = self._stop_message()
+            elif self.state.stopped.startswith("early stop"):
+                self.state.stopped = ""
         self._last_saved = self.state.step
         return True
 
@@ -190,7 +210,8 @@ class TrainLoop:
         ended = step < cadence.max_updates and bool(saved.get("stopped")) and \
             not saved["stopped"].startswith("early stop")
         off_cadence = any(every and step % every for every in (cadence.eval_every, cadence.log_every))
-        return not (ended and off_cadence)
+        stop = (self.replay(saved) or (0, None))[1]
+        return not (ended and off_cadence) and (stop is None or stop >= step)  # nor stopped earlier by this patience
 
     def load_best(self) -> None:
         load_model(self.module, str(self.ckpt_dir / "best" / "model.safetensors"), device=str(self.device))
@@ -203,15 +224,16 @@ class TrainLoop:
         if score is None:
             return
         best = self.best_score()
+        st.bad_evals = 0 if self.gained(score, best) else st.bad_evals + 1
         if score >= best:  # a tie goes to the later update: more training, never the untouched start
-            st.bad_evals = 0 if score > best else st.bad_evals + 1
             st.best_step = st.step
             self.improved()
             self.save("best")
-        else:
-            st.bad_evals += 1
         if cadence.patience and st.bad_evals >= cadence.patience:
-            st.stopped = f"early stop: no {self.selection} gain in {st.bad_evals} evaluations"
+            st.stopped = self._stop_message()
+
+    def _stop_message(self) -> str:
+        return f"early stop: no {self.selection} gain in {self.state.bad_evals} evaluations"
 
     def train(self) -> LoopState:
         """Run to max_updates or an early stop; with evaluations, the best weights end up in ckpt_dir/best."""

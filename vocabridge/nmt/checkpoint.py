@@ -51,12 +51,15 @@ def save_checkpoint(ckpt_dir: Path, module: torch.nn.Module, optimizer: torch.op
 BUDGET = "max_updates"
 
 
-def same_run(saved, fingerprint) -> bool:
-    """Whether two fingerprints name one run: equal but for their update budgets."""
+def same_run(saved, fingerprint, replayed: tuple[str, ...] = ()) -> bool:
+    """Whether two fingerprints name one run: equal but for their update budgets, the settings in `replayed` (the
+    loop re-decides from the run's record what they decide) and settings left unset (None: a setting added to the
+    code later leaves the runs before it as they were)."""
+    ignored = {BUDGET, *replayed}
 
     def run(part):
         if isinstance(part, dict):
-            return {k: run(v) for k, v in part.items() if k != BUDGET}
+            return {k: run(v) for k, v in part.items() if k not in ignored and v is not None}
         return [run(v) for v in part] if isinstance(part, list | tuple) else part
 
     return run(saved) == run(json.loads(json.dumps(fingerprint, default=str)))
@@ -76,7 +79,7 @@ def resumable(ckpt_dir: Path, fingerprint: dict) -> bool:
 
 
 def load_checkpoint(ckpt_dir: Path, fingerprint: dict, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    device) -> dict | None:
+                    device, replayed: tuple[str, ...] = ()) -> dict | None:
     """Restore ckpt_dir/last into `module` and `optimizer` (and torch's RNG) when it belongs to this
     configuration and return its record; None when there is none. The checkpoints of another configuration or
     layout are removed (all of ckpt_dir), so that training starts afresh instead of resuming something else."""
@@ -84,7 +87,7 @@ def load_checkpoint(ckpt_dir: Path, fingerprint: dict, module: torch.nn.Module, 
     record = checkpoint_record(ckpt_dir)  # a kill between atomic_dir's two renames set the previous one aside
     if record is None:
         return None
-    if not same_run(record.get("fingerprint"), fingerprint) or record.get("format") != FORMAT:
+    if not same_run(record.get("fingerprint"), fingerprint, replayed) or record.get("format") != FORMAT:
         shutil.rmtree(ckpt_dir)
         return None
     load_model(module, str(folder / "model.safetensors"), device=str(device))

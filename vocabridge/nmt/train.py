@@ -136,6 +136,7 @@ class Trainer(TrainLoop):
     warm-up, dev BLEU or dev cross-entropy to select the checkpoint. AB-Net's family overrides the hooks."""
 
     State = State
+    replayed = ("patience", "patience_on")  # the dev log holds every evaluation: `replay` re-decides the stop
 
     def __init__(self, model: MarianMTModel, src: Vocab, tgt: Vocab, data: Parallel, dev: tuple[list[str], list[str]],
                  cfg, ckpt_dir: Path, fingerprint: dict, name: str, resample: Callable[[int], Parallel] | None = None,
@@ -156,7 +157,8 @@ class Trainer(TrainLoop):
         super().__init__(model, optimizer, get_inverse_sqrt_schedule(optimizer, num_warmup_steps=max(cfg.warmup, 1)),
                          Cadence(cfg.max_updates, cfg.log_every, cfg.checkpoint_every, cfg.eval_every, cfg.patience,
                                  cfg.clip_norm, cfg.seed), ckpt_dir, fingerprint, name, device)
-        self.selection = f"dev {'loss' if cfg.select_by == 'loss' else 'BLEU'}"
+        self.selection = f"dev {'loss' if cfg.select_by == 'loss' else 'BLEU'}" + (
+            " or dev loss" if cfg.patience_on == "both" and cfg.select_by != "loss" else "")
         self.row_mask = RowMask(model, keep) if keep is not None else None  # what the fine-tune keeps
 
     # -- what a model family defines (AB-Net's trainer overrides these) ---------------------------------------
@@ -206,6 +208,25 @@ class Trainer(TrainLoop):
 
     def best_score(self) -> float:
         return -self.state.best_loss if self.cfg.select_by == "loss" else self.state.best_bleu
+
+    def _gained(self, score: float, best: float, dev_log: list[dict]) -> bool:
+        """A gain in the selection figure or, with `patience_on: both`, the last dev loss below every earlier."""
+        *earlier, last = dev_log
+        return score > best or (self.cfg.patience_on == "both" and bool(earlier)
+                                and last["dev_loss"] < min(row["dev_loss"] for row in earlier))
+
+    def gained(self, score: float, best: float) -> bool:
+        return self._gained(score, best, self.state.dev_log)
+
+    def replay(self, saved: dict) -> tuple[int, int | None]:
+        best, bad, log = -math.inf, 0, saved.get("dev_log") or []
+        for i, row in enumerate(log):
+            score = -row["dev_loss"] if self.cfg.select_by == "loss" else row["dev_bleu"]
+            bad = 0 if self._gained(score, best, log[: i + 1]) else bad + 1
+            best = max(best, score)
+            if self.cfg.patience and bad >= self.cfg.patience:
+                return bad, row["step"]
+        return bad, None
 
     def logged(self, row: dict) -> None:
         self.state.loss_log.append({k: row[k] for k in ("step", "loss", "lr", "target_tokens_per_s")})
