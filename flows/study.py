@@ -30,17 +30,13 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
     """The cells of `results`/cells with today's knobs, condition and test set (`stages.report.gather`), and a
     warning per upstream model and seed where a cell of `todo` would run on this workspace's model while the
     seed's committed cells ran on another (they would not pair: the seed should run whole on one machine)."""
-    from stages.report import gather
     from stages.row import resources
     from vocabridge.config import load_params
-    from vocabridge.corpora.user import read_text_lines
     from vocabridge.errors import VocabridgeError
     from vocabridge.fileio import sha256_file
 
     params = load_params(workspace / "params.yaml")
-    test = workspace / "data" / "corpora" / "downstream" / f"test.{params.lang.tgt}"
-    refs = read_text_lines(test) if test.is_file() else None
-    found = {r.cell: r for r in gather(params, [results / "cells"], refs).records}
+    found = pooling(workspace, results / "cells", params)
     theirs: dict[tuple[str, int], set[str]] = {}  # (upstream model, seed) -> the sha256s its committed cells ran on
     for r in found.values():
         theirs.setdefault(((r.data.get("upstream") or {}).get("name", ""), r.seed), set()).add(r.upstream_sha256)
@@ -67,6 +63,21 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
     return Committed(found, warnings)
 
 
+def pooling(workspace: Path, cells: Path, params=None) -> dict[Cell, CellRecord]:
+    """The records under `cells` that pool under the workspace's params: today's knobs, condition and test set
+    (`stages.report.gather`)."""
+    from stages.report import gather
+    from vocabridge.config import load_params
+    from vocabridge.corpora.user import read_text_lines
+
+    params = params or load_params(workspace / "params.yaml")
+    test = workspace / "data" / "corpora" / "downstream" / f"test.{params.lang.tgt}"
+    refs = read_text_lines(test) if test.is_file() else None
+    return {r.cell: r for r in gather(params, [cells], refs).records}
+
+
 def collect(workspace: Path, results: Path) -> list[Cell]:
-    """Copy the workspace's finished cells into `results`/cells (`vocabridge results --cells`); the cells copied."""
-    return commit_cells(workspace / CELLS, results / "cells")
+    """Copy the workspace's finished cells that pool under its params into `results`/cells (`vocabridge results
+    --cells`); the cells copied. A record the workspace kept from before a change of params (other knobs or
+    condition) stays out: it would replace the results folder's cell with one the report leaves out."""
+    return commit_cells(workspace / CELLS, results / "cells", only=set(pooling(workspace, workspace / CELLS)))

@@ -257,6 +257,34 @@ def test_a_study_s_committed_cells_count_under_today_s_knobs_and_a_split_seed_is
     assert committed(project, results, [Cell("va-llm", 4), Cell("mdl", 4)]).warnings == []
 
 
+def test_collect_copies_the_workspace_s_cells_that_pool_under_its_params_only(tmp_path):
+    """`flows.study.collect`: a workspace record of today's knobs and condition is copied into the results folder; one
+    left from before a change of params is not, and the results folder's own cell of that name stays as it was."""
+    from flows.study import collect
+    from stages.report import condition
+    from vocabridge.config import load_params
+    from vocabridge.grid import knobs_digest
+    from vocabridge.transfer import resolved_knobs
+
+    project = copy_project(tmp_path / "project", profile="sato")
+    params = load_params(project / "params.yaml")
+
+    def record(root: Path, row: str, seed: int, condition_digest: str, bleu: float) -> None:
+        folder = root / Cell(row, seed).path
+        folder.mkdir(parents=True)
+        (folder / "record.json").write_text(json.dumps({
+            "row": row, "seed": seed, "metrics": {"bleu": bleu}, "upstream": {"name": "base", "sha256": "a" * 64},
+            "knobs_digest": knobs_digest(resolved_knobs(row, params.rows)), "condition_digest": condition_digest}))
+
+    cells, results = project / "data" / "cells", tmp_path / "results"
+    record(cells, "ft-srcv", 1, condition(params, "ft-srcv"), 10.0)
+    record(cells, "va-llm", 1, "another condition", 1.0)
+    record(results / "cells", "va-llm", 1, condition(params, "va-llm"), 12.0)
+    assert collect(project, results) == [Cell("ft-srcv", 1)]
+    kept = json.loads((results / "cells" / Cell("va-llm", 1).path / "record.json").read_text())
+    assert kept["metrics"]["bleu"] == 12.0 and (results / "cells" / Cell("ft-srcv", 1).path / "record.json").is_file()
+
+
 def test_the_deepest_ready_stage_starts_first_so_cells_finish_one_by_one():
     dag = grid_dag(["ft-srcv", "va-llm"], [1, 2])
     order, done, pending = [], set(), list(dag.order)

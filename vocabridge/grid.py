@@ -214,13 +214,15 @@ def read_cells(folders: list[Path], expected: dict[str, str], seeds_of: dict[str
     return Gathered(records, left_out, missing)
 
 
-def commit_cells(source: Path, target: Path) -> list[Cell]:
-    """Copy the finished cells of `source` (a workspace's data/cells) into `target` (a study's results folder),
-    each cell replaced whole and atomically; returns the cells copied. Cells in `target` that `source` lacks stay:
-    that is how sessions add up."""
+def commit_cells(source: Path, target: Path, only: set[Cell] | None = None) -> list[Cell]:
+    """Copy the finished cells of `source` (a workspace's data/cells; `only` those given) into `target` (a study's
+    results folder), each cell replaced whole and atomically; returns the cells copied. Cells in `target` that
+    `source` lacks stay: that is how sessions add up."""
     copied = []
     for cell_dir in find_records(source):
         record = read_record(cell_dir)
+        if only is not None and record.cell not in only:
+            continue
         dest = target / record.cell.path
         if dest.is_dir() and all(_same(cell_dir / name, dest / name) for name in (RECORD, *FILES)):
             continue
