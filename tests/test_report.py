@@ -262,3 +262,19 @@ def test_vocabulary_fit_lists_each_plm_once_beside_the_nmt_vocabularies():
     assert table.iloc[-1].to_dict() == {"vocabulary": "PLM (abnet)", "lang": "en", "vocab_size": 310,
                                         "fertility": 1.7, "unseen_token_rate": 0.05, "unk_rate": 0.0}
     assert table.iloc[1]["fertility"] == 1.5 and table.iloc[0]["unseen_token_rate"] == 0.3
+
+
+def test_a_budget_names_what_its_patience_watches():
+    from pathlib import Path
+
+    from vocabridge.grid import CellRecord
+    from vocabridge.report import RowCondition
+
+    def budget(**finetune) -> tuple[str, ...]:
+        params = {"max_updates": 6000, "patience": 3, "select_by": "bleu", **finetune}
+        return RowCondition.of([CellRecord("plm-nmt", 1, {"params": {"finetune": params}}, Path("."))]).budget
+
+    assert budget() == ("max 6000 updates, patience 3",)
+    assert budget(patience_on="both") == ("max 6000 updates, patience 3 (dev BLEU or dev loss)",)
+    assert budget(patience_on="both", select_by="loss") == ("max 6000 updates, patience 3",)  # the one figure
+    assert budget(patience=0) == ("max 6000 updates, no early stopping",)

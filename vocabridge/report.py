@@ -80,14 +80,18 @@ class RowCondition:
 
 
 def _budget(record: CellRecord) -> str | None:
-    """A cell's fine-tune budget: at most max_updates updates, early stopping after `patience` evaluations."""
+    """A cell's fine-tune budget: at most max_updates updates, early stopping after `patience` evaluations (without
+    a dev BLEU or a dev loss gain, where `patience_on: both` says so)."""
     if (record.data.get("finetune") or {}).get("updates") == 0:
         return "not fine-tuned"
     training = (record.data.get("params") or {}).get("finetune") or {}
     if training.get("max_updates") is None:
         return None
     patience = training.get("patience")
-    return f"max {training['max_updates']} updates, " + (f"patience {patience}" if patience else "no early stopping")
+    on = " (dev BLEU or dev loss)" if training.get("patience_on") == "both" and training.get("select_by") != "loss" \
+        else ""
+    return f"max {training['max_updates']} updates, " + (f"patience {patience}{on}" if patience else
+                                                          "no early stopping")
 
 
 def _capability(record: CellRecord) -> str | None:

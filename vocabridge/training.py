@@ -119,14 +119,10 @@ class TrainLoop:
         """The selection score of the best evaluation so far (-inf before any), from the figures `improved` noted."""
         return -math.inf
 
-    def gained(self, score: float, best: float) -> bool:
-        """Whether the evaluation just made (`score`; `best`: the best before it) resets the patience."""
-        return score > best
-
-    def replay(self, saved: dict) -> tuple[int, int | None] | None:
-        """What this run's patience makes of a checkpoint's evaluations (`saved`: its state): the evaluations
-        without a gain at their end and the update of the early stop (None: no stop); None where the family keeps
-        no record of its evaluations (its early stop then stays as it was saved)."""
+    def replay(self, state: dict) -> tuple[int, int | None] | None:
+        """What this run's patience makes of the evaluations in `state` (a checkpoint's, or this run's own): the
+        evaluations without a gain at their end and the update of the early stop (None: no stop); None where the
+        family keeps no record of its evaluations (a gain is then a new best score, and a saved early stop stays)."""
         return None
 
     def postfix(self, row: dict) -> dict:
@@ -175,11 +171,14 @@ class TrainLoop:
 
     def _resume(self) -> bool:
         record = checkpoint_record(self.ckpt_dir)
-        if record is not None and not self._continues(record.get("state") or {}):
+        if record is None:
+            return False
+        replayed = self.replay(record.get("state") or {})
+        if not self._continues(record.get("state") or {}, replayed):
             shutil.rmtree(self.ckpt_dir)  # another budget's run that this one cannot take over exactly
             return False
         saved = load_checkpoint(self.ckpt_dir, self.fingerprint, self.module, self.optimizer, self.device,
-                                self.replayed)
+                                self.replayed, record)
         if saved is None:
             return False
         recover_dir(self.ckpt_dir / "best")  # the best weights that `last`'s state names, if a kill set them aside
@@ -190,7 +189,6 @@ class TrainLoop:
         self.state = self.State(**saved["state"])
         if not self.state.stopped.startswith("early stop") and self.state.step < self.cadence.max_updates:
             self.state.stopped = ""  # ran to an end that is now further on: go on (an early stop stays one ...
-        replayed = self.replay(saved["state"])
         if replayed is not None:  # ... unless this run's patience, replayed, says otherwise)
             self.state.bad_evals, stop = replayed
             if stop is not None:
@@ -200,18 +198,19 @@ class TrainLoop:
         self._last_saved = self.state.step
         return True
 
-    def _continues(self, saved: dict) -> bool:
+    def _continues(self, saved: dict, replayed: tuple[int, int | None] | None) -> bool:
         """Whether a checkpoint of this run (under any budget: `same_run`) is where a run to this budget would be:
         not past this budget and, if it ended at its own smaller one, without an end-of-run evaluation or log row
-        off the cadence that a longer run would not have made (it would also have chosen its best by it)."""
+        off the cadence that a longer run would not have made (it would also have chosen its best by it); nor
+        stopped earlier by this run's patience (`replayed`: what `replay` makes of it)."""
         cadence, step = self.cadence, saved.get("step", 0)
         if step > cadence.max_updates:
             return False
         ended = step < cadence.max_updates and bool(saved.get("stopped")) and \
             not saved["stopped"].startswith("early stop")
         off_cadence = any(every and step % every for every in (cadence.eval_every, cadence.log_every))
-        stop = (self.replay(saved) or (0, None))[1]
-        return not (ended and off_cadence) and (stop is None or stop >= step)  # nor stopped earlier by this patience
+        stop = replayed[1] if replayed is not None else None
+        return not (ended and off_cadence) and (stop is None or stop >= step)
 
     def load_best(self) -> None:
         load_model(self.module, str(self.ckpt_dir / "best" / "model.safetensors"), device=str(self.device))
@@ -224,7 +223,8 @@ class TrainLoop:
         if score is None:
             return
         best = self.best_score()
-        st.bad_evals = 0 if self.gained(score, best) else st.bad_evals + 1
+        replayed = self.replay(vars(st))  # one rule for a run and its resume: the family's, over its whole log
+        st.bad_evals = replayed[0] if replayed is not None else 0 if score > best else st.bad_evals + 1
         if score >= best:  # a tie goes to the later update: more training, never the untouched start
             st.best_step = st.step
             self.improved()

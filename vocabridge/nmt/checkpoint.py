@@ -79,12 +79,14 @@ def resumable(ckpt_dir: Path, fingerprint: dict) -> bool:
 
 
 def load_checkpoint(ckpt_dir: Path, fingerprint: dict, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    device, replayed: tuple[str, ...] = ()) -> dict | None:
+                    device, replayed: tuple[str, ...] = (), record: dict | None = None) -> dict | None:
     """Restore ckpt_dir/last into `module` and `optimizer` (and torch's RNG) when it belongs to this
-    configuration and return its record; None when there is none. The checkpoints of another configuration or
-    layout are removed (all of ckpt_dir), so that training starts afresh instead of resuming something else."""
+    configuration and return its record (`record`: checkpoint_record's, when the caller has read it); None when
+    there is none. The checkpoints of another configuration or layout are removed (all of ckpt_dir), so that
+    training starts afresh instead of resuming something else."""
     folder = Path(ckpt_dir) / "last"
-    record = checkpoint_record(ckpt_dir)  # a kill between atomic_dir's two renames set the previous one aside
+    if record is None:
+        record = checkpoint_record(ckpt_dir)  # a kill between atomic_dir's two renames set the previous one aside
     if record is None:
         return None
     if not same_run(record.get("fingerprint"), fingerprint, replayed) or record.get("format") != FORMAT:

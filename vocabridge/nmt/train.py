@@ -209,21 +209,15 @@ class Trainer(TrainLoop):
     def best_score(self) -> float:
         return -self.state.best_loss if self.cfg.select_by == "loss" else self.state.best_bleu
 
-    def _gained(self, score: float, best: float, dev_log: list[dict]) -> bool:
-        """A gain in the selection figure or, with `patience_on: both`, the last dev loss below every earlier."""
-        *earlier, last = dev_log
-        return score > best or (self.cfg.patience_on == "both" and bool(earlier)
-                                and last["dev_loss"] < min(row["dev_loss"] for row in earlier))
-
-    def gained(self, score: float, best: float) -> bool:
-        return self._gained(score, best, self.state.dev_log)
-
-    def replay(self, saved: dict) -> tuple[int, int | None]:
-        best, bad, log = -math.inf, 0, saved.get("dev_log") or []
-        for i, row in enumerate(log):
+    def replay(self, state: dict) -> tuple[int, int | None]:
+        """A gain is a selection figure above every earlier one or, with `patience_on: both`, a dev loss below
+        every earlier one."""
+        best, lowest, bad = -math.inf, math.inf, 0
+        for row in state.get("dev_log") or []:
             score = -row["dev_loss"] if self.cfg.select_by == "loss" else row["dev_bleu"]
-            bad = 0 if self._gained(score, best, log[: i + 1]) else bad + 1
-            best = max(best, score)
+            gained = score > best or (self.cfg.patience_on == "both" and row["dev_loss"] < lowest)
+            bad = 0 if gained else bad + 1
+            best, lowest = max(best, score), min(lowest, row["dev_loss"])
             if self.cfg.patience and bad >= self.cfg.patience:
                 return bad, row["step"]
         return bad, None

@@ -242,7 +242,8 @@ class Prefixes:
     Each coordinator layer keeps its keys and values in a buffer, the source's first, room for `steps` pieces
     after them: a step writes its two new positions in place, and beam search's reordering within a sentence
     (`select(..., same_sources=True)`) gathers the target part only, into a second buffer that then takes the
-    first's place; concatenating and gathering the whole of them at every step was most of a batch's decoding."""
+    first's place; concatenating and gathering the whole of them at every step was most of a batch's decoding.
+    The second buffers are made at the first such select (greedy search, which has none, never holds them)."""
 
     def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor, steps: int = 64):
         from transformers.cache_utils import DynamicCache
@@ -254,7 +255,7 @@ class Prefixes:
                 buffer = projected.new_empty(*projected.shape[:2], self.start + 2 * steps, projected.shape[-1])
                 buffer[:, :, : self.start] = projected
                 self.buffers.append(buffer)
-        self.spares = [self._spare(buffer) for buffer in self.buffers]  # where select gathers to
+        self.spares: list[torch.Tensor] | None = None  # where select(same_sources=True) gathers to
         # [B, 1, 1, capacity]: the source's padding blocked, every target position seen once written
         self.blocked = F.pad(additive_mask(source_keep, r_s.dtype), (0, 2 * steps))
 
@@ -283,8 +284,8 @@ class Prefixes:
         end = self.end  # the two new rows of [r^T; r_{j-1}] sit at end - 2 and end - 1
         if end > self.buffers[0].shape[2]:  # out of room: twice as much
             grow = self.buffers[0].shape[2] - self.start
-            self.buffers, self.spares = ([F.pad(b, (0, 0, 0, grow)) for b in kept] for kept in (self.buffers,
-                                                                                             self.spares))
+            self.buffers = [F.pad(b, (0, 0, 0, grow)) for b in self.buffers]
+            self.spares = None
             self.blocked = F.pad(self.blocked, (0, grow))
         blocked = self.blocked[..., :end]
         for j, layer in enumerate(self.model.coordinator.layers):
@@ -298,14 +299,16 @@ class Prefixes:
         source row i had (beam search's survivors among one sentence's beam), so only the target parts move."""
         self.cache.reorder_cache(rows)
         start, end = (self.start if same_sources else 0), self.end  # the written part that moves
-        if not same_sources:
-            self.spares = [buffer.new_empty(len(rows), *buffer.shape[1:]) for buffer in self.buffers]
+        if same_sources:
+            if self.spares is None:
+                self.spares = [self._spare(buffer) for buffer in self.buffers]
+            spares = self.spares
+        else:
+            spares = [buffer.new_empty(len(rows), *buffer.shape[1:]) for buffer in self.buffers]
             self.blocked = self.blocked[rows]
-        for buffer, spare in zip(self.buffers, self.spares, strict=True):
+        for buffer, spare in zip(self.buffers, spares, strict=True):
             torch.index_select(buffer[:, :, start:end], 0, rows, out=spare[:, :, start:end])
-        self.buffers, self.spares = self.spares, self.buffers
-        if not same_sources:
-            self.spares = [self._spare(buffer) for buffer in self.buffers]
+        self.buffers, self.spares = spares, (self.buffers if same_sources else None)
 
 
 def restrict(logits: torch.Tensor, special: dict[str, int], last: bool) -> torch.Tensor:
