@@ -278,3 +278,28 @@ def test_a_budget_names_what_its_patience_watches():
     assert budget(patience_on="both") == ("max 6000 updates, patience 3 (dev BLEU or dev loss)",)
     assert budget(patience_on="both", select_by="loss") == ("max 6000 updates, patience 3",)  # the one figure
     assert budget(patience=0) == ("max 6000 updates, no early stopping",)
+
+
+def test_a_table_that_varies_the_pretrained_models_gives_verdicts_across_them():
+    from vocabridge.report import DIFFER, DUAN_TABLE_4, GUO_TABLE_1, RowCondition, ordering_verdicts, table_condition
+    from vocabridge.significance import Comparison
+
+    def comparison(delta):
+        return Comparison(delta=delta, ci_low=delta - 0.5, ci_high=delta + 0.5, p_value=0.001, seeds=5,
+                          reference_seeds=5, std_error=0.3, seed_std=0.5, reference_seed_std=0.5,
+                          sentence_variance=0.01, form="welch")
+
+    plms = RowCondition(("abnet: pretrained BERTs, no upstream training",), ("copy",), ("both",), (), (),
+                        (1, 2, 3, 4, 5))
+    conditions = {"plm-nmt": plms, "abnet": plms, "abnet-enc": plms,
+                  "mask-predict": dataclasses.replace(plms, pretrain_init=("abnet: random, no upstream training",)),
+                  "in-domain": dataclasses.replace(plms, pretrain_init=("random",))}
+    guo = ordering_verdicts(GUO_TABLE_1, lambda a, b: comparison(2.0), None, conditions).set_index("ordering")
+    assert guo.loc["abnet > mask-predict", "verdict"] == "holds"  # the BERTs are what the table varies
+    assert guo.loc["abnet > in-domain", "p_holm"] == 0.005  # every ordering is in the family: 5 x 0.001
+    assert "(what the table varies)" in table_condition(["abnet", "mask-predict"], conditions, GUO_TABLE_1.varies)
+    assert DUAN_TABLE_4.varies
+    unvaried = dataclasses.replace(GUO_TABLE_1, varies=False)
+    crossed = ordering_verdicts(unvaried, lambda a, b: comparison(2.0), None, conditions).set_index("ordering")
+    assert crossed.loc["abnet > mask-predict", "verdict"] == DIFFER
+    assert crossed.loc["abnet > abnet-enc", "verdict"] == "holds"  # same condition: a verdict either way

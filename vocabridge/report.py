@@ -122,9 +122,10 @@ def condition_text(a: RowCondition, b: RowCondition | None = None) -> str:
                       both("machines", a.machines, b.machines)])
 
 
-def table_condition(rows: Sequence[str], conditions: dict[str, RowCondition]) -> str:
+def table_condition(rows: Sequence[str], conditions: dict[str, RowCondition], varies: bool = False) -> str:
     """The condition of a paper table's rows as run here, for its heading line: pretrain.init (with its rows where
-    they differ), budget, seeds and machines; shared and sides are per row in the table."""
+    they differ), budget, seeds and machines; shared and sides are per row in the table. `varies`: the table's
+    rows differ in pretrain.init by design (PaperTable.varies)."""
     ran = [row for row in dict.fromkeys(rows) if row in conditions]
     if not ran:
         return "no row run here"
@@ -139,7 +140,8 @@ def table_condition(rows: Sequence[str], conditions: dict[str, RowCondition]) ->
 
     inits = {v for row in ran for v in conditions[row].pretrain_init}
     return (f"pretrain.init {over('pretrain_init')}"
-            + (" (orderings across them: not verdicts)" if len(inits) > 1 else "")
+            + (" (what the table varies)" if varies and len(inits) > 1 else
+               " (orderings across them: not verdicts)" if len(inits) > 1 else "")
             + f", budget {over('budget')}, seeds {over('seeds', lambda v: _seed_list(v) or '?')}, "
               f"machines {over('machines')}")
 
@@ -153,6 +155,9 @@ class PaperTable:
     source: str
     rows: tuple[tuple[str, str, float], ...]  # (the paper's row, our row, published BLEU)
     orderings: tuple[tuple[str, str], ...]  # (our better row, our worse row) as the paper has them
+    # the rows differ in pretrain.init by design (which pretrained language models a model starts from, or none):
+    # an ordering across them is what the table tests, a verdict, not a comparison of unlike conditions
+    varies: bool = False
 
 
 SATO_TABLE_3 = PaperTable(
@@ -199,14 +204,25 @@ DUAN_TABLE_4 = PaperTable(
      ("No PLM (Decoder)", "plm-nmt-no-plm-dec", 36.5), ("No PLM", "plm-nmt-no-plm", 34.7),
      ("TF-base", "in-domain", 34.1)),
     (("plm-nmt", "plm-nmt-no-plm-enc"), ("plm-nmt", "plm-nmt-no-plm-dec"), ("plm-nmt-no-plm-dec", "plm-nmt-no-plm-enc"),
-     ("plm-nmt-no-plm-enc", "plm-nmt-no-plm"), ("plm-nmt", "in-domain")))
+     ("plm-nmt-no-plm-enc", "plm-nmt-no-plm"), ("plm-nmt", "in-domain")), varies=True)
 # Table 5: the decoder on the PLM's own embeddings (our plm-nmt: its BERT's vocabulary) against the NMT vocabulary's
 # rows made from them by FWET (plm-nmt-fwet: the downstream target vocabulary, rows by Algorithm 1)
 DUAN_TABLE_5 = PaperTable(
     "duan2023_table5", "published: Duan & Zhao 2023, Table 5, IWSLT14 De-En, embedding transformation",
     (("PLM Embedding", "plm-nmt", 37.0), ("+FWET", "plm-nmt-fwet", 37.5)),
     (("plm-nmt-fwet", "plm-nmt"),))
-PAPER_TABLES = (SATO_TABLE_3, SATO_TABLE_5, LIU_TABLE_2, DUAN_TABLE_3, DUAN_TABLE_4, DUAN_TABLE_5)
+# Table 1's IWSLT14 De-En column (Table 3b: AB-Net-Enc is Transformer-Base with the source BERT and its adapters),
+# Transformer-Base as Duan & Zhao's TF-base: our in-domain; Mask-Predict trains without BERTs (our abnet's
+# architecture with both BERTs drawn at random)
+GUO_TABLE_1 = PaperTable(
+    "guo2020_table1", "published: Guo et al. 2020, Table 1, IWSLT14 De-En, AB-Net",
+    (("Transformer-Base", "in-domain", 33.59), ("Mask-Predict", "mask-predict", 31.71), ("AB-Net", "abnet", 36.49),
+     ("AB-Net-Enc", "abnet-enc", 34.45)),
+    (("abnet", "in-domain"), ("abnet", "mask-predict"), ("in-domain", "mask-predict"), ("abnet", "abnet-enc"),
+     ("abnet-enc", "in-domain")), varies=True)
+# Guo et al.'s Table 1 latency: ms a sentence, batch size 1, WMT14 En-De's test set on one 1080Ti GPU
+GUO_LATENCY_MS = {"in-domain": 778, "mask-predict": 161, "abnet": 327, "abnet-enc": 165}
+PAPER_TABLES = (SATO_TABLE_3, SATO_TABLE_5, LIU_TABLE_2, DUAN_TABLE_3, DUAN_TABLE_4, DUAN_TABLE_5, GUO_TABLE_1)
 
 # The published rows beside ours in the main table, named as ours.
 PUBLISHED = pd.DataFrame([(ours, bleu, paper.source) for paper in PAPER_TABLES for _, ours, bleu in paper.rows],
@@ -394,10 +410,11 @@ def learning_curves_plot(curves: pd.DataFrame, threshold: float | None, path: Pa
 
 def decoding_speed_table(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Guo et al.'s speed claim on our cells: per row its decoder, mean test BLEU, latency (ms a sentence decoded
-    one at a time) and batched throughput (sentences/s), means over seeds, and the speed-up of its latency over
-    `baseline`'s (the baseline's ms / the row's). Empty where no cell measured latency."""
+    one at a time) and batched throughput (sentences/s), means over seeds, the speed-up of its latency over
+    `baseline`'s (the baseline's ms / the row's), and the latency Guo et al. published for the row's model
+    (GUO_LATENCY_MS). Empty where no cell measured latency."""
     columns = ["row", "decoder", "seeds", "bleu", "latency_ms", "sentences_per_second",
-               f"latency_speedup_vs_{baseline}", "machines"]
+               f"latency_speedup_vs_{baseline}", "published_latency_ms", "machines"]
     if not len(cells) or "latency_ms" not in cells or pd.to_numeric(cells["latency_ms"], errors="coerce").isna().all():
         return pd.DataFrame(columns=columns)
     lines = [{"row": row, "decoder": "/".join(sorted({str(d) for d in part["decoder"].dropna()})) or None,
@@ -408,6 +425,7 @@ def decoding_speed_table(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
     for line in lines:
         line[f"latency_speedup_vs_{baseline}"] = round(base / line["latency_ms"], 2) \
             if base and line["latency_ms"] else None
+        line["published_latency_ms"] = GUO_LATENCY_MS.get(line["row"])
     return pd.DataFrame(lines, columns=columns)
 
 
@@ -591,11 +609,12 @@ def ordering_verdicts(paper: PaperTable, compare: Callable[[str, str], Compariso
     reversed (the same, other sign), not decisive (after Holm), too few seeds, or not run. The same on the second
     test set (`dev_compare`, its own family; `not measured` where the cells have no second-set figure), and the
     condition both rows ran under (`conditions`): an ordering of rows under different pretrain.init is marked
-    `conditions differ: not a verdict` on both sets and left out of both families."""
+    `conditions differ: not a verdict` on both sets and left out of both families, unless that is what the table
+    varies (`paper.varies`)."""
     published = {ours: bleu for _, ours, bleu in paper.rows}
     conditions = conditions or {}
     found = [(better, worse, compare(better, worse), dev_compare(better, worse) if dev_compare else None,
-              conditions_differ(conditions.get(better), conditions.get(worse)))
+              not paper.varies and conditions_differ(conditions.get(better), conditions.get(worse)))
              for better, worse in paper.orderings]
 
     def family(index: int) -> dict[int, float]:
@@ -1062,7 +1081,9 @@ def _speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: s
             "## Decoding speed\n\nGuo et al.'s claim for Mask-Predict (AB-Net's decoder) against autoregressive "
             "decoding, on our cells: latency_ms, milliseconds a sentence decoded one at a time over the first "
             "`evaluate.latency_sentences` test sentences; sentences_per_second, the whole test set batched; means "
-            f"over seeds; latency_speedup_vs_{baseline}, {baseline}'s latency over the row's. Figures of different "
+            f"over seeds; latency_speedup_vs_{baseline}, {baseline}'s latency over the row's; published_latency_ms, "
+            "Guo et al.'s Table 1 (WMT14 En-De, one sentence at a time on a 1080Ti GPU; Transformer-Base: our "
+            "in-domain). Figures of different "
             "machines do not compare (`machines`; the appendix names them); benchmarks/mask_predict_latency.py "
             "times the decoders side by side on one machine.\n\n" + to_markdown(speed))
     if len(plms):
@@ -1091,7 +1112,7 @@ def _paper_markdown(paper: PaperTable, layout: pd.DataFrame, verdicts: pd.DataFr
     note = (f"\n{left[0]} of the paper's rows and {left[1]} of its orderings are not rows of this grid "
             f"(`paper_{paper.key}.csv`, `paper_{paper.key}_orderings.csv`).\n" if any(left) else "")
     heading = (f"### {paper.source.removeprefix('published: ')}; ours under "
-               f"{table_condition(list(ours['our_row']), conditions)}")
+               f"{table_condition(list(ours['our_row']), conditions, paper.varies)}")
     return (f"{heading}\n\n" + to_markdown(ours) + "\n"
             + (to_markdown(verdicts.loc[inside, SHOWN_ORDERING].assign(p_holm=lambda t: t["p_holm"].map(p_text)))
                if inside.any()
