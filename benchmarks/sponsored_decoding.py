@@ -12,9 +12,10 @@ on nothing, so that every hypothesis runs to `--max-len` pieces: the per-step co
 Beam search (`--beam 5 --model DIR --source FILE`: a fine-tuned PLM-sponsored model directory and sentences to
 translate, e.g. data/models/finetuned/plm-nmt/s1 and data/corpora/downstream/test.de of a workspace), in batches of
 `--batch` sentences as the evaluate stage decodes: `beam_search` (a sentence whose search ended leaves the batch;
-the coordinator's keys and values in buffers, reordered by their target part only) against the same search
-concatenating each step's keys and values onto the whole of them, gathering the whole at every reordering and
-keeping ended sentences in the batch to its end (`whole batch`).
+the target BERT's and the coordinator's keys and values in buffers, reordered without allocating, the
+coordinator's by their target part only) against the same search concatenating each step's keys and values onto
+the whole of them (the target BERT's in transformers' DynamicCache), gathering the whole into new tensors at every
+reordering and keeping ended sentences in the batch to its end (`whole batch`).
 
 Prints sentences/s of each, the ratios, whether all chose the same pieces, and the CPU (torch's capability, native
 bf16).
@@ -96,11 +97,15 @@ def reprojecting_greedy(model: PlmSponsored, source: torch.Tensor, keep: torch.T
 
 
 class Concatenating(Prefixes):
-    """The beam peer's storage: each coordinator layer's keys and values concatenated onto the whole of them at
-    every step, and the whole gathered at every reordering."""
+    """The beam peer's storage: each coordinator layer's keys and values, and the target BERT's (transformers'
+    DynamicCache), concatenated onto the whole of them at every step, and the whole gathered into new tensors at
+    every reordering."""
 
     def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor):
+        from transformers.cache_utils import DynamicCache
+
         super().__init__(model, r_s, source_keep, steps=0)
+        self.cache = DynamicCache()
         self.kv = [buffer[:, :, : self.start] for buffer in self.buffers]
         self.mask = additive_mask(source_keep, r_s.dtype)
 

@@ -233,36 +233,105 @@ def sponsored_loss(model: PlmSponsored, batch: dict[str, torch.Tensor], label_sm
     return loss, {k: v.item() for k, v in parts.items()}
 
 
+class Rows:
+    """Tensors [rows, heads, positions, d] whose rows move together, without allocating: `gather` writes the kept
+    rows' positions start:end into a second set (made at the first gather) that then takes the first's place.
+    Allocating a fresh tensor at every reordering (page faults on its first write) cost 5-9x the copy itself."""
+
+    def __init__(self, tensors: list[torch.Tensor]):
+        self.live, self.spare = tensors, None
+        self.synced = False  # whether the spare's positions before a gather's `start` are the live ones
+
+    def gather(self, rows: torch.Tensor, start: int, end: int) -> None:
+        """Keep `rows` (any rows, any number of them: the second set is made again when it has too few);
+        `start` > 0: positions before it stay with their row number (row i of the result had row i's there: beam
+        search's reordering within a sentence), so only start:end move."""
+        n = len(rows)
+        if self.spare is None or len(self.spare[0]) < n:
+            self.spare, self.synced = [t.new_empty(n, *t.shape[1:]) for t in self.live], False
+        for live, spare in zip(self.live, self.spare, strict=True):
+            if start and not self.synced:
+                spare[:n, :, :start] = live[:, :, :start]
+            torch.index_select(live[:, :, start:end], 0, rows, out=spare[:n, :, start:end])
+        self.live, self.spare = [spare[:n] for spare in self.spare], self.live
+        self.synced = start > 0
+
+    def grow(self, positions: int) -> None:
+        """Room for `positions` more."""
+        self.live, self.spare, self.synced = [F.pad(t, (0, 0, 0, positions)) for t in self.live], None, False
+
+
+def _cache_layer(steps: int):
+    """A transformers cache layer that keeps one BERT layer's keys and values in `Rows` with room for `steps`
+    positions: a step writes its position in place, where DynamicLayer concatenates the whole again, and a
+    reordering gathers without allocating."""
+    from transformers.cache_utils import DynamicLayer
+
+    class RowsLayer(DynamicLayer):
+        def __init__(self):
+            super().__init__()
+            self.rows: Rows | None = None
+            self.length = 0
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            new = key_states.shape[-2]
+            if self.rows is None:
+                self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
+                self.rows = Rows([x.new_empty(*x.shape[:2], max(steps, new), x.shape[-1])
+                                  for x in (key_states, value_states)])
+            room = self.rows.live[0].shape[2]
+            if self.length + new > room:
+                self.rows.grow(max(room, new))
+            for buffer, states in zip(self.rows.live, (key_states, value_states), strict=True):
+                buffer[:, :, self.length : self.length + new] = states
+            self.length += new
+            return self._views()
+
+        def _views(self) -> tuple[torch.Tensor, torch.Tensor]:
+            self.keys, self.values = (buffer[:, :, : self.length] for buffer in self.rows.live)
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+            if self.rows is not None:
+                self.rows.gather(beam_idx, 0, self.length)
+                self._views()
+
+    return RowsLayer
+
+
 class Prefixes:
     """A batch of decoder prefixes grown one piece a step, with what each step needs of the earlier positions: the
-    target BERT's keys and values (transformers' DynamicCache) and each coordinator layer's keys and values of the
+    target BERT's keys and values (a transformers Cache) and each coordinator layer's keys and values of the
     source, r^T and its inputs so far. No position sees a later one, so earlier states never change and a step
     runs and projects the new position only.
 
-    Each coordinator layer keeps its keys and values in a buffer, the source's first, room for `steps` pieces
-    after them: a step writes its two new positions in place, and beam search's reordering within a sentence
-    (`select(..., same_sources=True)`) gathers the target part only, into a second buffer that then takes the
-    first's place; concatenating and gathering the whole of them at every step was most of a batch's decoding.
-    The second buffers are made at the first such select (greedy search, which has none, never holds them)."""
+    Both keep their keys and values in buffers (`Rows`; the coordinator's: the source's first) with room for `steps`
+    pieces: a step writes its new positions in place, and a reordering gathers into a second set of buffers made
+    once; beam search's reordering within a sentence (`select(..., same_sources=True)`) moves the target part
+    only. Concatenating and gathering the whole of them at every step was most of a batch's decoding."""
 
     def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor, steps: int = 64):
-        from transformers.cache_utils import DynamicCache
+        from transformers.cache_utils import Cache
 
-        self.model, self.cache, self.length, self.start = model, DynamicCache(), 0, r_s.shape[1]
-        self.buffers: list[torch.Tensor] = []  # keys and values of layer j at 2j and 2j + 1
-        for layer in model.coordinator.layers:
-            for projected in layer.keys_values(r_s):
+        layer = _cache_layer(steps)
+        self.model, self.length, self.start = model, 0, r_s.shape[1]
+        self.cache = Cache(layers=[layer() for _ in model.target_bert.bert.encoder.layer])
+        buffers = []  # keys and values of layer j at 2j and 2j + 1
+        for coordinator_layer in model.coordinator.layers:
+            for projected in coordinator_layer.keys_values(r_s):
                 buffer = projected.new_empty(*projected.shape[:2], self.start + 2 * steps, projected.shape[-1])
                 buffer[:, :, : self.start] = projected
-                self.buffers.append(buffer)
-        self.spares: list[torch.Tensor] | None = None  # where select(same_sources=True) gathers to
+                buffers.append(buffer)
+        self.rows = Rows(buffers)
         # [B, 1, 1, capacity]: the source's padding blocked, every target position seen once written
         self.blocked = F.pad(additive_mask(source_keep, r_s.dtype), (0, 2 * steps))
 
-    def _spare(self, buffer: torch.Tensor) -> torch.Tensor:
-        spare = torch.empty_like(buffer)
-        spare[:, :, : self.start] = buffer[:, :, : self.start]
-        return spare
+    @property
+    def buffers(self) -> list[torch.Tensor]:
+        return self.rows.live
 
     @property
     def end(self) -> int:
@@ -284,8 +353,7 @@ class Prefixes:
         end = self.end  # the two new rows of [r^T; r_{j-1}] sit at end - 2 and end - 1
         if end > self.buffers[0].shape[2]:  # out of room: twice as much
             grow = self.buffers[0].shape[2] - self.start
-            self.buffers = [F.pad(b, (0, 0, 0, grow)) for b in self.buffers]
-            self.spares = None
+            self.rows.grow(grow)
             self.blocked = F.pad(self.blocked, (0, grow))
         blocked = self.blocked[..., :end]
         for j, layer in enumerate(self.model.coordinator.layers):
@@ -298,17 +366,9 @@ class Prefixes:
         """Keep the prefixes `rows` (any rows, any number of them); `same_sources`: row i of the result has the
         source row i had (beam search's survivors among one sentence's beam), so only the target parts move."""
         self.cache.reorder_cache(rows)
-        start, end = (self.start if same_sources else 0), self.end  # the written part that moves
-        if same_sources:
-            if self.spares is None:
-                self.spares = [self._spare(buffer) for buffer in self.buffers]
-            spares = self.spares
-        else:
-            spares = [buffer.new_empty(len(rows), *buffer.shape[1:]) for buffer in self.buffers]
+        self.rows.gather(rows, self.start if same_sources else 0, self.end)
+        if not same_sources:
             self.blocked = self.blocked[rows]
-        for buffer, spare in zip(self.buffers, spares, strict=True):
-            torch.index_select(buffer[:, :, start:end], 0, rows, out=spare[:, :, start:end])
-        self.buffers, self.spares = spares, (self.buffers if same_sources else None)
 
 
 def restrict(logits: torch.Tensor, special: dict[str, int], last: bool) -> torch.Tensor:
