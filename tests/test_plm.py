@@ -205,6 +205,7 @@ class ToyModel:
 
     def __init__(self):
         self.calls = 0
+        self.projected: list[int] = []  # states the output layer saw, a call each
 
     def encode(self, source, keep):
         lengths = torch.full((len(source), 8), -10.0)
@@ -212,24 +213,26 @@ class ToyModel:
         return torch.zeros(len(source), 1, 1), torch.zeros(len(source), 1, dtype=torch.bool), lengths
 
     def decode(self, tokens, keep, encoded, padding):
+        """Each position's state: its index and the piece at position 1, all its logits depend on."""
         self.calls += 1
-        return tokens
+        return torch.stack([torch.arange(tokens.shape[1]).expand_as(tokens), tokens[:, 1:2].expand_as(tokens)], -1)
 
-    def logits(self, tokens):
-        out = torch.full((*tokens.shape, self.vocab), -20.0)
-        for r, row in enumerate(tokens.tolist()):
-            for i in range(1, len(row)):
-                if i == 1:
-                    out[r, i, 7], out[r, i, 6] = math.log(0.95), math.log(0.05)
-                elif i == 2:
-                    if row[1] == 7:
-                        out[r, i, 8] = math.log(0.99)
-                    else:
-                        out[r, i, 5], out[r, i, 8] = math.log(0.4), math.log(0.3)
-                elif i == 3:
-                    out[r, i, 9], out[r, i, 10] = math.log(0.9), math.log(0.1)
+    def logits(self, states):
+        self.projected.append(states.shape[:-1].numel())
+        out = torch.full((*states.shape[:-1], self.vocab), -20.0)
+        flat = out.view(-1, self.vocab)
+        for row, (i, first) in zip(flat, states.reshape(-1, 2).tolist(), strict=True):
+            if i == 1:
+                row[7], row[6] = math.log(0.95), math.log(0.05)
+            elif i == 2:
+                if first == 7:
+                    row[8] = math.log(0.99)
                 else:
-                    out[r, i, 11], out[r, i, 10] = math.log(0.2), math.log(0.1)
+                    row[5], row[8] = math.log(0.4), math.log(0.3)
+            elif i == 3:
+                row[9], row[10] = math.log(0.9), math.log(0.1)
+            elif i > 3:
+                row[11], row[10] = math.log(0.2), math.log(0.1)
         return out
 
 
@@ -240,6 +243,9 @@ def test_mask_predict_remasks_the_least_confident_pieces_and_picks_the_best_leng
     assert out == [[7, 8, 9], [7, 8, 9]]
     # iteration 0 gives 7 5 9; 1 re-masks 5 and 9 and gets 8; 2 re-masks 9 and 7, nothing changes: stop
     assert steps == [3, 3]
+    # the output layer sees the masked pieces only: all 2 x (4 + 3) at first (not the 2 x 2 x 6 positions with
+    # [CLS], [SEP] and padding), then 2 x (3 + 2) re-masked
+    assert model.projected[:2] == [14, 10]
 
 
 def test_mask_predict_stops_at_the_iteration_bound():

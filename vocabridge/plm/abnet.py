@@ -242,7 +242,8 @@ def mask_predict(model, source: torch.Tensor, source_keep: torch.Tensor, special
                  length_candidates: int = 4, iterations: int = 10) -> tuple[list[list[int]], list[int]]:
     """Mask-Predict decoding (Appendix B): the B most likely lengths, each decoded from all-[MASK] in at most T
     iterations, re-masking the least confident pieces; a candidate stops when its output no longer changes. The
-    candidate with the best mean log-probability wins. `special`: ids of cls, sep, mask, pad.
+    candidate with the best mean log-probability wins. `special`: ids of cls, sep, mask, pad. An iteration runs the
+    decoder over the candidates that still have masked pieces, and the output layer at those pieces only.
 
     Returns the pieces of each sentence (no [CLS]/[SEP]) and the iterations each one ran."""
     cls_id, sep_id, mask_id, pad_id = (special[k] for k in ("cls", "sep", "mask", "pad"))
@@ -279,11 +280,12 @@ def mask_predict(model, source: torch.Tensor, source_keep: torch.Tensor, special
                 break
         before = tokens.clone()
         tokens[masked] = mask_id
-        logits = model.logits(model.decode(tokens, keep, encoded, source_padding)).float()
-        logits[..., banned] = -torch.inf
+        run = masked.any(1).nonzero()[:, 0]  # the candidates with pieces to predict; only those run the decoder
+        states = model.decode(tokens[run], keep[run], encoded[run], source_padding[run])
+        logits = model.logits(states[masked[run]]).float()  # the masked positions only, in `masked`'s order
+        logits[:, banned] = -torch.inf
         best, predicted = logits.log_softmax(-1).max(-1)
-        tokens = torch.where(masked, predicted, before)
-        scores = torch.where(masked, best, scores)
+        tokens[masked], scores[masked] = predicted, best
         ran += active.long()
         if t > 0:
             active &= (tokens != before).any(dim=1)  # unchanged: this candidate is done
