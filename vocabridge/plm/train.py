@@ -30,6 +30,7 @@ from vocabridge.plm.abnet import (
     model_kind,
     seq2seq_loss,
 )
+from vocabridge.plm.dropout import use_bits_dropout
 from vocabridge.plm.sponsored import (
     PlmSponsored,
     auxiliary_labels,
@@ -110,7 +111,7 @@ class AbnetTrainer(Trainer):
         self.dev_data = encode_pairs(source_tokenizer, target_tokenizer, self.dev_src, self.dev_ref, cfg.max_len)
 
     def _prepare(self) -> None:
-        pass  # the BERTs were loaded with eager attention (plm.bert)
+        use_bits_dropout(self.model, self.device)  # the BERTs were loaded with eager attention (plm.bert)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> Loss:
         """The family's `_loss` with its layers under bf16 autocast when the trainer computes in bf16 (the losses
