@@ -17,6 +17,7 @@ without the source, on 10% of the words. Every term but L_NMT can be switched of
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import torch
@@ -261,23 +262,23 @@ class Rows:
         self.live, self.spare, self.synced = [F.pad(t, (0, 0, 0, positions)) for t in self.live], None, False
 
 
-def _cache_layer(steps: int):
+@functools.cache
+def _rows_layer() -> type:
     """A transformers cache layer that keeps one BERT layer's keys and values in `Rows` with room for `steps`
     positions: a step writes its position in place, where DynamicLayer concatenates the whole again, and a
-    reordering gathers without allocating."""
+    reordering gathers without allocating. Made once, on first use (transformers' cache module loads with it)."""
     from transformers.cache_utils import DynamicLayer
 
     class RowsLayer(DynamicLayer):
-        def __init__(self):
+        def __init__(self, steps: int):
             super().__init__()
-            self.rows: Rows | None = None
-            self.length = 0
+            self.steps, self.rows, self.length = steps, None, 0
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
             new = key_states.shape[-2]
             if self.rows is None:
                 self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
-                self.rows = Rows([x.new_empty(*x.shape[:2], max(steps, new), x.shape[-1])
+                self.rows = Rows([x.new_empty(*x.shape[:2], max(self.steps, new), x.shape[-1])
                                   for x in (key_states, value_states)])
             room = self.rows.live[0].shape[2]
             if self.length + new > room:
@@ -316,9 +317,9 @@ class Prefixes:
     def __init__(self, model: PlmSponsored, r_s: torch.Tensor, source_keep: torch.Tensor, steps: int = 64):
         from transformers.cache_utils import Cache
 
-        layer = _cache_layer(steps)
+        layer = _rows_layer()
         self.model, self.length, self.start = model, 0, r_s.shape[1]
-        self.cache = Cache(layers=[layer() for _ in model.target_bert.bert.encoder.layer])
+        self.cache = Cache(layers=[layer(steps) for _ in model.target_bert.bert.encoder.layer])
         buffers = []  # keys and values of layer j at 2j and 2j + 1
         for coordinator_layer in model.coordinator.layers:
             for projected in coordinator_layer.keys_values(r_s):
