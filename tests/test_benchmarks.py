@@ -88,12 +88,13 @@ def test_plm_precision_benchmark_times_both_arms_of_each_update():
     assert "scoring the masked pieces only:" in done.stdout and "bf16: auto picks" in done.stdout
 
 
-def test_plm_dropout_benchmark_times_the_op_and_each_update_against_nn_dropout():
-    done = run(["benchmarks/plm_dropout.py", "--profile", "plm", "--only", "abnet", "--rounds", "1"])
+def test_plm_cpu_ops_benchmark_times_each_op_and_each_update_against_pytorch_s():
+    done = run(["benchmarks/plm_cpu_ops.py", "--profile", "plm", "--only", "abnet", "--rounds", "1"])
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "| [48, 30, 256] bfloat16 |" in done.stdout
+    assert "| dropout [48, 30, 256] bfloat16 x 20 |" in done.stdout
+    assert "| label-smoothed cross-entropy [1344, 8000] bfloat16 x 5 |" in done.stdout
     updates = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| abnet")]
-    assert updates and all(int(cols[4]) > 0 for cols in updates)  # the peer put dropout modules back
+    assert updates and all(int(cols[6]) > 0 for cols in updates)  # the peer put dropout modules back
 
 
 def test_startup_benchmark_times_stages_and_finds_no_slow_library_loaded_at_import():

@@ -29,6 +29,7 @@ from torch import nn
 from vocabridge.config import AbnetAdapters
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.plm.cross_entropy import cross_entropy
 
 if TYPE_CHECKING:  # stages import this module to tell an AB-Net row apart; transformers loads with the model
     from transformers.models.bert.configuration_bert import BertConfig
@@ -172,7 +173,7 @@ def seq2seq_loss(model: ABNetEnc, source: torch.Tensor, source_keep: torch.Tenso
                                 encoder_attention_mask=source_keep).last_hidden_state
     labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
     scored = labels != -100
-    return F.cross_entropy(model.decoder.cls(states[scored]).float(), labels[scored], label_smoothing=label_smoothing)
+    return cross_entropy(model.decoder.cls(states[scored]), labels[scored], label_smoothing)
 
 
 @torch.inference_mode()
@@ -224,8 +225,7 @@ def cmlm_loss(model: ABNet, source: torch.Tensor, source_keep: torch.Tensor, bat
     encoded, source_padding, length_logits = model.encode(source, source_keep)
     states = model.decode(batch["target"], batch["target_keep"], encoded, source_padding)
     masked = batch["labels"] != -100
-    token_loss = F.cross_entropy(model.logits(states[masked]).float(), batch["labels"][masked],
-                                 label_smoothing=label_smoothing)
+    token_loss = cross_entropy(model.logits(states[masked]), batch["labels"][masked], label_smoothing)
     lengths = batch["lengths"].clamp(max=model.size.max_target_len)
     length_loss = F.cross_entropy(length_logits.float(), lengths)
     return token_loss + length_weight * length_loss, {"token_loss": token_loss.item(),

@@ -27,6 +27,7 @@ from torch import nn
 from vocabridge.config import AbnetAdapters, Sponsored
 from vocabridge.errors import InputError
 from vocabridge.plm.abnet import additive_mask
+from vocabridge.plm.cross_entropy import cross_entropy
 
 if TYPE_CHECKING:
     from transformers.models.bert.modeling_bert import BertForMaskedLM
@@ -187,8 +188,7 @@ def translation_loss(logits: torch.Tensor, target: torch.Tensor, target_keep: to
                      label_smoothing: float = 0.0) -> torch.Tensor:
     """Eq. 7: the cross-entropy of y [SEP] given [CLS] y, a target piece."""
     labels = target[:, 1:].masked_fill(target_keep[:, 1:] == 0, -100)
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
-                           label_smoothing=label_smoothing)
+    return cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing)
 
 
 def auxiliary_labels(target: torch.Tensor, target_keep: torch.Tensor, fraction: float,
@@ -204,7 +204,7 @@ def _predicted(head: nn.Module, states: torch.Tensor, labels: torch.Tensor) -> t
     chosen = labels != -100
     if not chosen.any():
         return states.sum() * 0.0
-    return F.cross_entropy(head(states[chosen]).float(), labels[chosen])
+    return cross_entropy(head(states[chosen]), labels[chosen])
 
 
 def sponsored_loss(model: PlmSponsored, batch: dict[str, torch.Tensor], label_smoothing: float = 0.1,
