@@ -30,10 +30,11 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
     """The cells of `results`/cells with today's knobs, condition and test set (`stages.report.gather`), and a
     warning per upstream model and seed where a cell of `todo` would run on this workspace's model while the
     seed's committed cells ran on another (they would not pair: the seed should run whole on one machine)."""
+    from stages._cells import model_sha256
     from stages.row import resources
     from vocabridge.config import load_params
     from vocabridge.errors import VocabridgeError
-    from vocabridge.fileio import sha256_file
+    from vocabridge.transfer import get_method
 
     params = load_params(workspace / "params.yaml")
     found = pooling(workspace, results / "cells", params)
@@ -51,7 +52,8 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
             continue  # its row stage says what is wrong
         name = weights.parent.name
         if name not in ours:
-            ours[name] = sha256_file(weights) if weights.is_file() else None
+            family = get_method(cell.row, params.rows).family
+            ours[name] = model_sha256(weights, family) if weights.is_file() else None
         if theirs.get((name, cell.seed)) and ours[name] not in theirs[name, cell.seed]:
             split.setdefault((name, cell.seed), []).append(cell.row)
     warnings = [f"seed {seed}: its committed cells ran on upstream model '{name}' "

@@ -20,6 +20,15 @@ def finetuned(cell: Cell) -> Path:
     return Path("data/models/finetuned") / cell.path
 
 
+def model_sha256(weights: Path, family: str) -> str:
+    """A model's identity (what cells pair by, what a fine-tune's checkpoint belongs to): its weights file's
+    sha256; an AB-Net directory's covers the BERTs beside it too (a model built alike on other BERTs has the
+    same adapters file)."""
+    from vocabridge.fileio import sha256_file, sha256_tree
+
+    return sha256_tree(weights.parent) if family == "abnet" else sha256_file(weights)
+
+
 def cell_record(cell: Cell) -> Path:
     return CELLS / cell.path
 

@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
     if knobs.freeze_old_rows or knobs.new_rows_first:
         keep = Keep(read_old_rows(init), bool(knobs.freeze_old_rows), knobs.new_rows_first or 0)
     fingerprint = fingerprint_of("finetune", cell.name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
-                                 sha256_file(weights), *([row] if row else []), *backtranslated,
+                                 cells.model_sha256(weights, method.family), *([row] if row else []), *backtranslated,
                                  *([asdict(params.abnet.dev_decoding), params.abnet.length_weight] if abnet else []))
     key, pairs = ((f"rows.{name}.train_pairs", knobs.train_pairs) if knobs.train_pairs is not None
                   else ("finetune.train_pairs", params.finetune.train_pairs))

@@ -87,7 +87,7 @@ def main(argv: list[str]) -> None:
     resolved = resolved_knobs(row, params.rows)
     write_json(cells.row_file(row), {
         "row": row, "method": resolved["method"], "knobs": resolved, "knobs_digest": knobs_digest(resolved),
-        "upstream": {"name": knobs.upstream, "sha256": sha256_file(files["upstream"])},
+        "upstream": {"name": knobs.upstream, "sha256": cells.model_sha256(files["upstream"], method.family)},
         "condition": condition(params, knobs, method.family),
         "resources": {key: {"path": str(path), "sha256": sha256_file(path)} for key, path in files.items()},
     })

@@ -284,3 +284,27 @@ def test_committing_cells_adds_and_never_deletes(two_sessions, tmp_path):
     assert (target / "ft-srcv" / "s1" / "hyp.txt").is_file()  # set A's cells stay beside set B's
     assert len(list(target.glob("*/s*/record.json"))) == 15
     assert (target / "va-llm" / "s4" / "curve.csv").read_text() == (b / "va-llm" / "s4" / "curve.csv").read_text()
+
+
+def test_an_ab_net_s_identity_covers_its_berts_and_a_marian_model_s_is_its_weights_file(tmp_path):
+    """What cells pair by (`stages._cells.model_sha256`): two AB-Net directories with the same trained part on
+    other BERTs are other upstream models (a GPU's BERTs differ from a CPU's)."""
+    from stages._cells import model_sha256
+    from vocabridge.fileio import sha256_file
+
+    def abnet_dir(name: str, bert: bytes) -> Path:
+        folder = tmp_path / name
+        (folder / "source").mkdir(parents=True)
+        (folder / "adapters.safetensors").write_bytes(b"coordinator drawn from seed 1")
+        (folder / "source" / "model.safetensors").write_bytes(bert)
+        (folder / "abnet.json").write_text("{}")
+        return folder / "adapters.safetensors"
+
+    cpu, gpu = abnet_dir("cpu", b"BERT of a CPU"), abnet_dir("gpu", b"BERT of a GPU")
+    again = abnet_dir("again", b"BERT of a CPU")
+    assert sha256_file(cpu) == sha256_file(gpu)  # the trained part alone cannot tell them apart
+    assert model_sha256(cpu, "abnet") != model_sha256(gpu, "abnet")
+    assert model_sha256(cpu, "abnet") == model_sha256(again, "abnet")  # the same files: the same model
+    (again.parent / "abnet.json").write_text('{"kind": "abnet"}')  # only weights count
+    assert model_sha256(cpu, "abnet") == model_sha256(again, "abnet")
+    assert model_sha256(cpu, "nmt") == sha256_file(cpu)

@@ -11,7 +11,7 @@ import yaml
 
 from tests.conftest import ROOT, copy_project, project_env, run
 from vocabridge.config import LANGS
-from vocabridge.fileio import sha256_file
+from vocabridge.fileio import sha256_file, sha256_tree
 
 e2e = pytest.mark.e2e
 ROWS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd",
@@ -795,6 +795,9 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     start_target = load_file(tiny_copy / "data/models/upstream/plm-nmt-no-plm-enc/target/model.safetensors")
     assert all(start_target[k].equal(plm[k]) for k in plm)
     assert not (cell(tiny_copy, "models/finetuned", "plm-nmt-no-plm-enc") / "teacher").exists()
+    # its cells pair by the whole upstream model, BERTs and all (stages._cells.model_sha256)
+    weights = tiny_copy / "data/models/upstream/plm-nmt-no-plm-enc/adapters.safetensors"
+    assert record(tiny_copy, "plm-nmt-no-plm-enc")["upstream"]["sha256"] == sha256_tree(weights.parent)
     assert ours.loc["plm-nmt-no-plm-enc", "bleu"] >= 0
     # Duan & Zhao's FWET gives the PLM decoder the downstream target vocabulary
     fwet = json.loads(cell(tiny_copy, "diagnostics", "plm-nmt-fwet", suffix=".json").read_text())

@@ -97,3 +97,11 @@ def sha256_file(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_tree(folder: str | os.PathLike, pattern: str = "*.safetensors") -> str:
+    """One sha256 over the files below `folder` that match `pattern`, their paths relative to it and their
+    contents: the identity of a model kept in several weights files."""
+    root = Path(folder)
+    lines = [f"{path.relative_to(root).as_posix()} {sha256_file(path)}" for path in sorted(root.rglob(pattern))]
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
