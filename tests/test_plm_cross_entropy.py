@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from vocabridge.plm import cross_entropy as ce
-from vocabridge.plm.cross_entropy import cross_entropy
+from vocabridge.plm.cross_entropy import chunked_cross_entropy, cross_entropy
 
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
-    """Chunks of a few rows (the last one partial), so that these small inputs take the chunked path."""
+    """Chunks of a few rows (the last one partial), so that small inputs make several."""
     monkeypatch.setattr(ce, "CHUNK_BYTES", 7 * 300 * 4)
 
 
@@ -28,7 +28,7 @@ def test_loss_and_gradient_are_pytorch_s(dtype, smoothing):
     labels = torch.randint(0, 300, (50,), generator=gen)
     labels[::6] = -100  # padding: no loss, no gradient
     ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    loss = cross_entropy(ours, labels, smoothing)
+    loss = chunked_cross_entropy(ours, labels, smoothing)
     reference = torch_loss(theirs, labels, smoothing)
     loss.backward(), reference.backward()
     assert loss.grad_fn.name() == "_ChunkedCrossEntropyBackward"
@@ -43,27 +43,30 @@ def test_the_gradient_is_exact_in_float64():
     gen = torch.Generator().manual_seed(1)
     logits = torch.randn(9, 150, dtype=torch.float64, generator=gen, requires_grad=True)  # 2 chunks of rows
     labels = torch.tensor([0, 3, -100, 149, 5, 5, -100, 1, 2])
-    assert cross_entropy(logits, labels, 0.1).grad_fn.name() == "_ChunkedCrossEntropyBackward"
-    assert torch.autograd.gradcheck(lambda x: cross_entropy(x, labels, 0.1), (logits,))
+    assert torch.autograd.gradcheck(lambda x: chunked_cross_entropy(x, labels, 0.1), (logits,))
 
 
 def test_under_autocast_and_without_gradients_the_loss_is_the_same():
     gen = torch.Generator().manual_seed(2)
-    weight = torch.randn(64, 500, generator=gen) / 8
+    weight = (torch.randn(64, 500, generator=gen) / 8).requires_grad_()
     states, labels = torch.randn(40, 64, generator=gen), torch.randint(0, 500, (40,), generator=gen)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = states @ weight  # bf16, as a family's output layer under the trainer's autocast
         assert logits.dtype == torch.bfloat16
         inside = cross_entropy(logits, labels, 0.1)
+    assert inside.grad_fn.name() == "_ChunkedCrossEntropyBackward"
     with torch.no_grad():
         outside = cross_entropy(logits, labels, 0.1)
     assert inside.item() == outside.item()
     assert abs(inside.item() - torch_loss(logits, labels, 0.1).item()) < 1e-5 * inside.item()
 
 
-def test_logits_that_fit_in_one_chunk_take_pytorch_s_own_path():
-    logits, labels = torch.randn(6, 300, dtype=torch.bfloat16, requires_grad=True), torch.tensor([1, 2, 3, 4, 5, -100])
-    assert cross_entropy(logits, labels, 0.1).grad_fn.name() != "_ChunkedCrossEntropyBackward"
-    assert torch.equal(cross_entropy(logits, labels, 0.1), torch_loss(logits, labels, 0.1))
-    big = torch.randn(8, 300, dtype=torch.bfloat16, requires_grad=True)
-    assert cross_entropy(big, torch.arange(8), 0.1).grad_fn.name() == "_ChunkedCrossEntropyBackward"
+def test_16_bit_logits_larger_than_a_chunk_take_the_chunked_path_and_others_pytorch_s():
+    labels = torch.tensor([1, 2, 3, 4, 5, -100, 7, 8])
+    for rows, dtype, chunked in ((8, torch.bfloat16, True), (8, torch.float16, True), (6, torch.bfloat16, False),
+                                 (8, torch.float32, False)):
+        logits = torch.randn(rows, 300, dtype=dtype, requires_grad=True)
+        loss = cross_entropy(logits, labels[:rows], 0.1)
+        assert (loss.grad_fn.name() == "_ChunkedCrossEntropyBackward") == chunked, (rows, dtype)
+        if not chunked:
+            assert torch.equal(loss, torch_loss(logits, labels[:rows], 0.1))
