@@ -40,6 +40,8 @@ def condition(params, knobs, family: str) -> dict:
         entry = params.abnets[name]
         berts = {True: "pretrained BERTs", False: "random", "encoder": "pretrained source BERT, random target",
                  "decoder": "random source, pretrained target BERT"}[entry.plms]
+        if entry.decoder == "autoregressive":  # AB-Net-Enc: a decoder of its own, no target BERT
+            berts = "pretrained source BERT" if entry.plms in (True, "encoder") else "random"
         init = f"abnet: {berts}" + (
             "" if entry.upstream else ", no upstream training")
         recipe = asdict(entry)

@@ -308,3 +308,20 @@ def test_an_ab_net_s_identity_covers_its_berts_and_a_marian_model_s_is_its_weigh
     (again.parent / "abnet.json").write_text('{"kind": "abnet"}')  # only weights count
     assert model_sha256(cpu, "abnet") == model_sha256(again, "abnet")
     assert model_sha256(cpu, "nmt") == sha256_file(cpu)
+
+
+def test_an_ab_net_row_s_condition_names_the_berts_its_model_starts_from():
+    """`pretrain_init` of the plm study's rows: AB-Net-Enc has no target BERT (a decoder of its own)."""
+    from stages.row import condition
+    from vocabridge.config import profile_params
+    from vocabridge.transfer import knobs_for
+
+    params, _ = profile_params(Path(__file__).resolve().parents[1], "plm")
+
+    def label(row: str) -> str:
+        return condition(params, knobs_for(row, params.rows), "abnet")["pretrain_init"]
+
+    assert label("abnet") == label("plm-nmt") == "abnet: pretrained BERTs, no upstream training"
+    assert label("abnet-enc") == "abnet: pretrained source BERT, no upstream training"
+    assert label("plm-nmt-no-plm-dec") == "abnet: pretrained source BERT, random target, no upstream training"
+    assert label("mask-predict") == label("plm-nmt-no-plm") == "abnet: random, no upstream training"
