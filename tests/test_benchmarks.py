@@ -97,6 +97,15 @@ def test_plm_cpu_ops_benchmark_times_each_op_and_each_update_against_pytorch_s()
     assert updates and all(int(cols[6]) > 0 for cols in updates)  # the peer put dropout modules back
 
 
+def test_allocator_benchmark_runs_each_arm_on_its_own_allocator():
+    from vocabridge.allocator import find_tcmalloc
+
+    done = run(["benchmarks/allocator.py", "--profile", "tiny", "--updates", "22", "--rounds", "1"])
+    assert done.returncode == 0, done.stderr[-2000:]  # an arm on the wrong allocator fails the script
+    rows = {line.split(" | ")[0].strip("| ") for line in done.stdout.splitlines() if line.startswith("| ")}
+    assert "system" in rows and ("tcmalloc" in rows) == (find_tcmalloc() is not None)
+
+
 def test_startup_benchmark_times_stages_and_finds_no_slow_library_loaded_at_import():
     # one round, two stages: a stage that needs torch and one that needs nothing heavy until it trains
     done = run(["benchmarks/startup.py", "--runs", "1", "--stages", "cbow", "evaluate"])

@@ -4,7 +4,8 @@ A stage `python -m stages.X ...` runs stages/X.py and whatever project modules (
 imports, at module level or inside functions; an edit to any of them must make `dvc status` report the stage
 changed. A dep covers a module when it is the module's file or a folder that contains it. A module that executes
 nothing (a docstring at most, like most package __init__.py files here) cannot change a result and is not
-required; once code is added to it, it is.
+required; once code is added to it, it is. Nor are the modules of `PROCESS_ONLY`, which choose how the process
+runs (its memory allocator), not what it computes: a dep on them would make every stage stale at each edit.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("stages", "vocabridge")
+PROCESS_ONLY = {"stages/__init__.py", "vocabridge/allocator.py"}  # the restart on TCMalloc; outputs the same
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
@@ -122,7 +124,8 @@ def missing_deps(stages: dict[str, dict], root: Path = ROOT) -> dict[str, list[s
             continue
         deps = definition.get("deps") or []
         files = {module_file(m, root) for m in imported_modules(entry, root)}
-        missing = sorted(f.as_posix() for f in files if not covered(f, deps) and not executes_nothing(root / f))
+        missing = sorted(f.as_posix() for f in files if not covered(f, deps) and not executes_nothing(root / f)
+                         and f.as_posix() not in PROCESS_ONLY)
         if missing:
             gaps[stage] = missing
     return gaps

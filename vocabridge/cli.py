@@ -745,6 +745,9 @@ def main(argv: list[str]) -> None:
 
 
 def entry() -> None:
+    from vocabridge.allocator import reexec
+
+    reexec()  # before the commands import torch: TCMalloc where it is installed
     run(main)
 
 
