@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
-JEMALLOC = [f"/usr/lib/{arch}-linux-gnu/libjemalloc.so.2" for arch in ("x86_64", "aarch64")]
 
 
 def rss_mb() -> int:
@@ -95,11 +94,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         return child(args)
-    from vocabridge.allocator import find_tcmalloc
+    from vocabridge.allocator import find, find_tcmalloc
     from vocabridge.nmt.precision import describe_cpu
 
     arms = {"system": "system", "tcmalloc": find_tcmalloc()}
-    arms.update([("jemalloc", path) for path in JEMALLOC if Path(path).is_file()][:1])
+    if jemalloc := find("libjemalloc.so.2"):
+        arms["jemalloc"] = jemalloc
     missing = [name for name, path in arms.items() if path is None]
     for name in missing:
         print(f"{name}: not installed (Debian: apt install libtcmalloc-minimal4)")

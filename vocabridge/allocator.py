@@ -1,8 +1,8 @@
 """The memory allocator a training process runs on: TCMalloc where it is installed, else the C library's.
 
-Batches of varying shapes fragment glibc's heap: masked-LM pretraining on the plm study's text grew from 1.8 to
-5.2 GB in 300 updates under glibc, and stayed at 2.2 GB under TCMalloc, which also ran the updates faster
-(`benchmarks/allocator.py`). An allocator is chosen before a process starts, so an entry point calls `reexec()`
+Batches of varying shapes fragment glibc's heap: the plm study's BERT pretraining held 7.8-8.4 GB a process
+under glibc and 2.4 GB under TCMalloc, which also ran the updates 1.13x faster (`benchmarks/allocator.py`,
+results/allocator). An allocator is chosen before a process starts, so an entry point calls `reexec()`
 first thing: the process starts again in place with TCMalloc preloaded (`LD_PRELOAD`, inherited by its children),
 once. `$VOCABRIDGE_ALLOCATOR` says which: `auto` (the default: TCMalloc if found), `system`, or a library's path.
 The results are the same either way: an allocator changes where tensors live, not what is computed.
@@ -17,18 +17,21 @@ from pathlib import Path
 
 ENV = "VOCABRIDGE_ALLOCATOR"
 _STARTED = "VOCABRIDGE_ALLOCATOR_STARTED"  # set in the restarted process: never restart twice
-# Debian/Ubuntu's libtcmalloc-minimal4 (x86_64 and aarch64), Fedora's gperftools-libs
-CANDIDATES = [f"/usr/lib/{arch}-linux-gnu/libtcmalloc_minimal.so.4" for arch in ("x86_64", "aarch64")] + [
-    "/usr/lib64/libtcmalloc_minimal.so.4"]
+LIBRARY_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64"]  # Debian/Ubuntu, Fedora
+
+
+def find(soname: str) -> str | None:
+    """The path of an installed shared library (`libtcmalloc_minimal.so.4`), or None."""
+    for folder in LIBRARY_DIRS:
+        if Path(folder, soname).is_file():
+            return str(Path(folder, soname))
+    name = ctypes.util.find_library(soname.removeprefix("lib").split(".so")[0])
+    return name if name and Path(name).is_absolute() else None
 
 
 def find_tcmalloc() -> str | None:
     """The path of an installed TCMalloc (the minimal build, which has no profiler), or None."""
-    for path in CANDIDATES:
-        if Path(path).is_file():
-            return path
-    name = ctypes.util.find_library("tcmalloc_minimal")
-    return name if name and Path(name).is_absolute() else None
+    return find("libtcmalloc_minimal.so.4")
 
 
 def wanted() -> str | None:
