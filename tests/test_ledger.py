@@ -63,6 +63,21 @@ def test_a_second_collection_replaces_the_first_whole(tmp_path):
     assert not (out / "stale.csv").exists() and not (out / "flow_run.json").exists()
 
 
+def test_metrics_and_curves_add_up_across_workspaces(tmp_path):
+    """A study's later workspace lacks the earlier one's cells: their stages' records stay, its own win."""
+    root = finished(tmp_path / "ws")
+    out = collect(root, root / "results/default", "default", CPU)
+    (out / "metrics/finetune/va-llm/s2.json").write_text("{}")  # another workspace's cell
+    (out / "curves/finetune/va-llm/s2").mkdir(parents=True)
+    (out / "curves/finetune/va-llm/s2/dev_bleu.csv").write_text("step,dev_bleu\n0,1.0\n")
+    (out / "metrics/pretrain.json").write_text("{}")  # replaced by the workspace's own
+    collect(root, out, "default", CPU)
+    assert (out / "metrics/finetune/va-llm/s2.json").read_text() == "{}"
+    assert (out / "curves/finetune/va-llm/s2/dev_bleu.csv").is_file()
+    assert json.loads((out / "metrics/pretrain.json").read_text())["updates"] == 10
+    assert (out / "metrics/finetune/va-llm/s1.json").is_file() and (out / "curves/pretrain/dev_bleu.csv").is_file()
+
+
 def test_nothing_is_written_without_a_report(tmp_path):
     root = finished(tmp_path / "ws")
     (root / "data/reports/results/report.md").unlink()

@@ -66,8 +66,10 @@ def machine_line(cpu: dict, layout: dict[str, dict], run: dict | None) -> str:
 
 def collect(root: Path, out: Path, profile: str, cpu: dict) -> Path:
     """Copy the run's report, metrics, curves, dvc.lock and params.yaml from `root` into `out` (replaced whole,
-    atomically, except `out/cells`: the cells committed there stay and the workspace's finished cells are added),
-    with machine.json and a README.md saying what made them."""
+    atomically, except what adds up across workspaces: `out/cells`, whose committed cells stay and gain the
+    workspace's finished ones, and `metrics/` and `curves/`, whose committed files stay unless the workspace has
+    its own of the same name: a study's earlier cells and upstream models keep their stages' records), with
+    machine.json and a README.md saying what made them."""
     report = root / REPORT
     if not (report / "report.md").is_file():
         raise InputError(f"{report}/report.md: missing; run the pipeline (`dvc repro` or the flow) first")
@@ -84,9 +86,11 @@ def collect(root: Path, out: Path, profile: str, cpu: dict) -> Path:
             shutil.copytree(out / "cells", tmp / "cells")
         commit_cells(root / CELLS, tmp / "cells")
         shutil.copytree(report, tmp, dirs_exist_ok=True)
-        shutil.copytree(root / METRICS, tmp / "metrics")
-        if (root / CURVES).is_dir():
-            shutil.copytree(root / CURVES, tmp / "curves", ignore=shutil.ignore_patterns("*.png"))
+        for part, source in (("metrics", root / METRICS), ("curves", root / CURVES)):
+            if (out / part).is_dir():  # earlier workspaces' stages (their cells, their upstream models) stay
+                shutil.copytree(out / part, tmp / part)
+            if source.is_dir():
+                shutil.copytree(source, tmp / part, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.png"))
         for name in ("dvc.lock", "params.yaml"):
             shutil.copy2(root / name, tmp / name)
         if run:
@@ -96,9 +100,10 @@ def collect(root: Path, out: Path, profile: str, cpu: dict) -> Path:
         (tmp / "README.md").write_text(
             f"# Profile `{profile}`\n\nThe outputs of the `{profile}` profile: `report.md` (the papers' tables, "
             f"one line per grid row, where the cells came from), the CSV tables beside it (`cells.csv`: one "
-            f"line per cell), the plots, every stage's `metrics/` and `curves/`, the `dvc.lock` and "
-            f"`params.yaml` of the last run, and `cells/`: every finished cell's record and hypotheses, kept and "
-            f"added to by each collection and `vocabridge results --cells`, which the report reads back.\n\n"
+            f"line per cell), the plots, every stage's `metrics/` and `curves/` (kept and added to by each "
+            f"collection, the last workspace's winning for a file both have), the `dvc.lock` and `params.yaml` "
+            f"of the last run, and `cells/`: every finished cell's record and hypotheses, kept and added to by "
+            f"each collection and `vocabridge results --cells`, which the report reads back.\n\n"
             f"- code: commit `{commit or 'unknown'}`{' with uncommitted changes' if dirty else ''}\n"
             f"- machine: {line}\n", encoding="utf-8")
     return out
