@@ -92,6 +92,8 @@ def test_a_cells_figures_and_a_verdict_in_one_table_cell(tmp_path):
     curve = pd.DataFrame({"step": [0, 200, 400], "dev_bleu": [0.0, 4.0, 8.0]})
     line = cell_line(record, curve, 4.0, 0.1)
     assert line["cell"] == "va-llm-3" and line["best_at_end"] and line["updates_to_threshold"] == 200
+    record.data["finetune"]["stopped"] = "early stop: no dev BLEU gain in 3 evaluations"  # a tie kept the last one
+    assert not cell_line(record, curve, 4.0, 0.1)["best_at_end"]
     assert line["upstream_bleu"] == 20.0 and line["upstream_sha256"] == "ab" * 32 and line["chrf"] is None
     c = Comparison(delta=1.25, ci_low=0.5, ci_high=2.0, p_value=0.001, seeds=5, reference_seeds=5, std_error=0.3,
                    seed_std=0.5, reference_seed_std=0.5, sentence_variance=0.01, form="unpaired")
