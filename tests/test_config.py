@@ -160,6 +160,8 @@ def test_a_sponsored_model_sets_its_own_terms_over_abnet_sponsored():
                              r"unknown key 'kd' \(params.abnets.x.sponsored.kd\)"),
                             ({"decoder": "coordinator", "sponsored": {"distill": "no"}},
                              r"params.abnets.x.sponsored.distill: expected"),
+                            ({"decoder": "coordinator", "sponsored": {"weighting": "paper"}},
+                             r"params.abnets.x.sponsored.weighting: 'paper' is not one of \['eq9', 'released'\]"),
                             ({"decoder": "coordinator", "sponsored": {"target_lm": 1.5}},
                              r"abnets.x.sponsored.target_lm: a fraction in \[0, 1\)"),
                             ({"sponsored": {"mlm": 0}}, r"abnets.x.sponsored: only for `decoder: coordinator`"),

@@ -130,6 +130,34 @@ def test_eq_9_adds_the_masked_lm_and_the_target_lm_terms_in_full(tokenizer):
     assert sponsored_loss(model, other)[1]["lm_loss"] == pytest.approx(parts["lm_loss"], rel=1e-5)
 
 
+@pytest.mark.parametrize("kd", [True, False])
+def test_released_weighting_weighs_the_terms_per_target_piece_as_the_authors_code(tokenizer, kd):
+    """`weighting: released`: the masked-LM terms at alpha (1 without a teacher) over the target pieces, L_kd summed
+    over hidden units and source pieces over the target pieces; the same parts as Eq. 9's weighting."""
+    batch = pairs(tokenizer, TEXT[:4], TEXT[1:5])
+    masked = batch["source"].clone()
+    masked[:, 2] = tokenizer.mask_token_id
+    mlm_labels = torch.full_like(masked, -100)
+    mlm_labels[:, 2] = batch["source"][:, 2]
+    lm_labels = auxiliary_labels(batch["target"], batch["target_keep"], 0.5, torch.Generator().manual_seed(0))
+    terms = batch | {"mlm_source": masked, "mlm_labels": mlm_labels, "lm_labels": lm_labels}
+    eq9 = sponsored(tokenizer, kd=kd, half_layer=kd).eval()
+    released = sponsored(tokenizer, kd=kd, half_layer=kd, weighting="released").eval()
+    released.load_state_dict(eq9.state_dict())
+    _, parts = sponsored_loss(eq9, terms)
+    loss, same = sponsored_loss(released, terms)
+    assert same == pytest.approx(parts, rel=1e-5)
+    target_pieces = int(batch["target_keep"][:, 1:].sum())
+    source_pieces = int(batch["source_keep"].sum())
+    auxiliary = (parts["mlm_loss"] + parts["lm_loss"]) / target_pieces
+    if kd:
+        expected = (0.9 * parts["nmt_loss"] + 0.1 * parts["kd_loss"] * TINY.hidden * source_pieces / target_pieces
+                    + 0.9 * auxiliary)
+    else:
+        expected = parts["nmt_loss"] + auxiliary
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
 def test_the_target_lm_counts_the_given_fraction_of_real_words(tokenizer):
     batch = pairs(tokenizer, TEXT[:24], TEXT[:24])
     labels = auxiliary_labels(batch["target"], batch["target_keep"], 0.1, torch.Generator().manual_seed(3))

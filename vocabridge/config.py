@@ -424,6 +424,9 @@ class Sponsored:
     mlm: float = 0.15  # L_MLM: the source BERT predicts this fraction of a masked copy of the source; 0: none
     target_lm: float = 0.1  # L_T: the causal target BERT predicts this fraction of the next words alone (Eq. 8,
     #                         "only 10% words"); 0: none
+    weighting: Literal["eq9", "released"] = "eq9"  # eq9: the terms as Eq. 9 prints them; released: as the
+    #     authors' code (akibcmi/PLM-NMT) weighs them per target piece: L_MLM and L_T x alpha / target pieces (a
+    #     batch's mean beside a sum), L_kd summed over hidden units and source pieces / target pieces
 
 
 @dataclass

@@ -13,6 +13,7 @@ a frozen BERT's representation (mean squared error) and merged into the final re
 L = alpha L_NMT + (1 - alpha) L_kd + L_MLM + L_T, where L_MLM is the source BERT's masked-LM loss on a masked copy
 of the source (the translation loss sees the original) and L_T (Eq. 8) the causal target BERT's next-word loss
 without the source, on 10% of the words. Every term but L_NMT can be switched off (the paper's Table 3).
+`weighting: released` weighs the terms as the authors' fairseq code does (`sponsored_loss`).
 """
 
 from __future__ import annotations
@@ -212,25 +213,36 @@ def sponsored_loss(model: PlmSponsored, batch: dict[str, torch.Tensor], label_sm
     """Eq. 9 on a batch of `source`, `source_keep`, `target`, `target_keep` and, for the terms that are on,
     `mlm_source` + `mlm_labels` (L_MLM: the masked copy of the source and its masked pieces) and `lm_labels` (L_T,
     from auxiliary_labels). L_kd: mean squared error between the distilled state and the frozen teacher's output;
-    without a teacher, L_NMT counts in full."""
+    without a teacher, L_NMT counts in full. The parts are returned unweighted.
+
+    `weighting: released`: the authors' code adds the masked-LM means to a translation loss summed over the target
+    pieces and takes a squared error summed over hidden units and source positions, then divides the whole by the
+    target pieces; per target piece, then, L_MLM and L_T weigh alpha / target pieces (1 / target pieces without
+    a teacher) and L_kd hidden x source pieces / target pieces times its mean (pads left out here)."""
     source, source_keep, target, target_keep = (batch[k] for k in ("source", "source_keep", "target", "target_keep"))
     logits, distilled, r_t = model(source, source_keep, target[:, :-1], target_keep[:, :-1])
     nmt = translation_loss(logits, target, target_keep, label_smoothing)
     parts = {"nmt_loss": nmt}
     loss = nmt
+    released = model.settings.weighting == "released"
+    target_pieces = target_keep[:, 1:].sum() if released else None
+    auxiliary = 1.0
     if model.teacher is not None and model.settings.distill:
         with torch.no_grad():
             taught = bert_layers(model.teacher, source, source_keep)[-1]
         keep = source_keep.bool()
         parts["kd_loss"] = F.mse_loss(distilled[keep].float(), taught[keep].float())
-        loss = model.settings.alpha * nmt + (1 - model.settings.alpha) * parts["kd_loss"]
+        kd = parts["kd_loss"] * (distilled.shape[-1] * keep.sum() / target_pieces if released else 1.0)
+        loss = model.settings.alpha * nmt + (1 - model.settings.alpha) * kd
+        auxiliary = model.settings.alpha
+    auxiliary = auxiliary / target_pieces if released else 1.0
     if "mlm_labels" in batch:
         states = bert_layers(model.source_bert, batch["mlm_source"], source_keep)[-1]
         parts["mlm_loss"] = _predicted(model.source_bert.cls, states, batch["mlm_labels"])
-        loss = loss + parts["mlm_loss"]
+        loss = loss + auxiliary * parts["mlm_loss"]
     if "lm_labels" in batch:
         parts["lm_loss"] = _predicted(model.target_bert.cls, r_t, batch["lm_labels"])
-        loss = loss + parts["lm_loss"]
+        loss = loss + auxiliary * parts["lm_loss"]
     return loss, {k: v.item() for k, v in parts.items()}
 
 
