@@ -107,16 +107,22 @@ def test_without_a_teacher_the_loss_is_the_translation_loss(tokenizer):
     assert model.fusion is None
 
 
-def test_eq_9_adds_the_masked_lm_and_the_target_lm_terms_in_full(tokenizer):
-    model = sponsored(tokenizer).eval()
-    batch = pairs(tokenizer, TEXT[:4], TEXT[1:5])
+def with_terms(tokenizer, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`batch` with L_MLM's masked source (its third piece masked) and labels, and L_T's labels on half the words."""
     masked = batch["source"].clone()
     masked[:, 2] = tokenizer.mask_token_id
     mlm_labels = torch.full_like(masked, -100)
     mlm_labels[:, 2] = batch["source"][:, 2]
     lm_labels = auxiliary_labels(batch["target"], batch["target_keep"], 0.5, torch.Generator().manual_seed(0))
-    loss, parts = sponsored_loss(model, batch | {"mlm_source": masked, "mlm_labels": mlm_labels,
-                                                 "lm_labels": lm_labels})
+    return batch | {"mlm_source": masked, "mlm_labels": mlm_labels, "lm_labels": lm_labels}
+
+
+def test_eq_9_adds_the_masked_lm_and_the_target_lm_terms_in_full(tokenizer):
+    model = sponsored(tokenizer).eval()
+    batch = pairs(tokenizer, TEXT[:4], TEXT[1:5])
+    terms = with_terms(tokenizer, batch)
+    masked, lm_labels = terms["mlm_source"], terms["lm_labels"]
+    loss, parts = sponsored_loss(model, terms)
     assert set(parts) == {"nmt_loss", "kd_loss", "mlm_loss", "lm_loss"}
     expected = 0.9 * parts["nmt_loss"] + 0.1 * parts["kd_loss"] + parts["mlm_loss"] + parts["lm_loss"]
     assert loss.item() == pytest.approx(expected, rel=1e-5)
@@ -135,12 +141,7 @@ def test_released_weighting_weighs_the_terms_per_target_piece_as_the_authors_cod
     """`weighting: released`: the masked-LM terms at alpha (1 without a teacher) over the target pieces, L_kd summed
     over hidden units and source pieces over the target pieces; the same parts as Eq. 9's weighting."""
     batch = pairs(tokenizer, TEXT[:4], TEXT[1:5])
-    masked = batch["source"].clone()
-    masked[:, 2] = tokenizer.mask_token_id
-    mlm_labels = torch.full_like(masked, -100)
-    mlm_labels[:, 2] = batch["source"][:, 2]
-    lm_labels = auxiliary_labels(batch["target"], batch["target_keep"], 0.5, torch.Generator().manual_seed(0))
-    terms = batch | {"mlm_source": masked, "mlm_labels": mlm_labels, "lm_labels": lm_labels}
+    terms = with_terms(tokenizer, batch)
     eq9 = sponsored(tokenizer, kd=kd, half_layer=kd).eval()
     released = sponsored(tokenizer, kd=kd, half_layer=kd, weighting="released").eval()
     released.load_state_dict(eq9.state_dict())
