@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from stages import _paths as paths
+from stages.row import condition as row_condition
 from vocabridge.corpora.bible import BOOKS
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
@@ -54,10 +55,13 @@ def main(argv: list[str]) -> None:
 
 def gather(params, folders: list[Path], refs: list[str] | None) -> Gathered:
     """The grid's cells found in `folders` (later ones win) that pool under today's params: the row's knobs, its
-    fine-tune's condition and, given `refs`, the test set; the flow's `--missing` reads the same."""
+    fine-tune's condition, an AB-Net row's model settings and, given `refs`, the test set; the flow's `--missing`
+    reads the same."""
     expected = {row: knobs_digest(resolved_knobs(row, params.rows)) for row in params.rows}
+    stamped = {row: row_condition(params, knobs_for(row, params.rows), "abnet") for row in params.rows
+               if get_method(row, params.rows).family == "abnet"}
     return read_cells(folders, expected, test_digest=None if refs is None else text_digest(refs),
-                      conditions={row: condition(params, row) for row in params.rows})
+                      conditions={row: condition(params, row) for row in params.rows}, stamped=stamped)
 
 
 def condition(params, row: str) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from stages import _cells as cells
 from stages import _paths as paths
+from vocabridge.config import abnet_settings
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.fileio import sha256_file, write_json
@@ -34,7 +35,8 @@ def condition(params, knobs, family: str) -> dict:
     """The condition a row's cells run under: `pretrain_init` (how its upstream model's embedding rows started:
     params.pretrain.init, which the base model and every `upstreams` entry share; `external model` for the user's
     model; an AB-Net's: its BERTs pretrained or random), the upstream model and its recipe (None for the base
-    model), the shared-token policy and the sides."""
+    model; an AB-Net's `abnets` entry), the shared-token policy and the sides; for an AB-Net row also the abnet-wide
+    settings it runs under where they are not the defaults (`abnet`: config.abnet_settings)."""
     name = knobs.upstream
     if family == "abnet":
         entry = params.abnets[name]
@@ -45,11 +47,13 @@ def condition(params, knobs, family: str) -> dict:
         init = f"abnet: {berts}" + (
             "" if entry.upstream else ", no upstream training")
         recipe = asdict(entry)
+        settings = abnet_settings(params, name)
     else:
         init = "external model" if params.pretrain.external_model else params.pretrain.init
         recipe = asdict(params.upstreams[name]) if name != "base" else None
+        settings = {}
     return {"pretrain_init": init, "upstream": name, "upstream_recipe": recipe, "shared": knobs.shared,
-            "sides": knobs.sides}
+            "sides": knobs.sides, **({"abnet": settings} if settings else {})}
 
 
 def resources(row: str, params) -> dict[str, Path]:

@@ -310,6 +310,40 @@ def test_an_ab_net_s_identity_covers_its_berts_and_a_marian_model_s_is_its_weigh
     assert model_sha256(cpu, "nmt") == sha256_file(cpu)
 
 
+def test_the_committed_plm_cells_pool_under_their_ab_net_settings_and_no_other():
+    """Every committed cell of results/plm pools under today's plm profile; an edit to an AB-Net model's settings
+    leaves out the cells of the rows it reaches, and only those: their models learn from the downstream pairs
+    alone and start from the same weights whatever the settings, so no upstream sha256 tells them apart."""
+    from dataclasses import replace
+
+    from stages.report import gather
+    from vocabridge.config import profile_params
+
+    root = Path(__file__).resolve().parents[1]
+    cells = root / "results" / "plm" / "cells"
+    params, _ = profile_params(root, "plm")
+    records = {path.parent.parent.name: json.loads(path.read_text()) for path in cells.glob("*/s*/record.json")}
+    gathered = gather(params, [cells], None)
+    assert len(records) >= 16 and not gathered.left_out
+    assert len(gathered.records) == len(list(cells.glob("*/s*/record.json")))
+
+    def left_out(edited) -> dict[str, str]:
+        return {path.parent.name: why for path, why in gather(edited, [cells], None).left_out}
+
+    def of_decoder(kind: str) -> set[str]:
+        return {row for row, record in records.items()
+                if (record["condition"].get("upstream_recipe") or {}).get("decoder") == kind}
+
+    cfg = params.abnet
+    alpha = left_out(replace(params, abnet=replace(cfg, sponsored=replace(cfg.sponsored, alpha=0.5))))
+    assert set(alpha) == of_decoder("coordinator") and len(alpha) >= 10
+    assert "abnet differ from abnets.plm-nmt and abnet now" in alpha["plm-nmt"]
+    dev = left_out(replace(params, abnet=replace(cfg, dev_decoding=replace(cfg.dev_decoding, iterations=10))))
+    assert set(dev) == of_decoder("mask-predict") == {"abnet", "mask-predict"}
+    entry = replace(params.abnets["plm-nmt-no-mlm"], sponsored={"mlm": 0.05})
+    assert set(left_out(replace(params, abnets=params.abnets | {"plm-nmt-no-mlm": entry}))) == {"plm-nmt-no-mlm"}
+
+
 def test_an_ab_net_row_s_condition_names_the_berts_its_model_starts_from():
     """`pretrain_init` of the plm study's rows: AB-Net-Enc has no target BERT (a decoder of its own)."""
     from stages.row import condition

@@ -210,3 +210,58 @@ def test_every_param_a_stage_names_is_in_params_yaml():
                 for part in key.split("."):
                     assert isinstance(node, dict) and part in node, f"dvc.yaml: {name}: params.yaml lacks '{key}'"
                     node = node[part]
+
+
+# Settings a stage's module reads that its dvc.yaml `params:` may leave out, and why: `compute` chooses how a stage
+# runs (threads, device), not what it computes; the others are read on a path another stage runs, or only stamped.
+PARAMS_EXEMPT = {
+    "*": {"compute": "how, not what (threads, device)"},
+    "pretrain": {"upstreams": "stages.pretrain NAME: the upstream stage's path, which lists upstreams and spm",
+                 "spm": "the same", "finetune.train_pairs": "the same (mix_downstream)"},
+    "finetune": {"backtranslation.upstream": "named in an error message only"},
+    "evaluate": {"finetune.train_pairs": "stamped into the record; the fine-tune it names is a dep",
+                 "training_for": "the same (the fine-tune's budget)", "profile": "stamped: the study's name"},
+}
+
+
+def params_read(module: Path) -> set[str]:
+    """The longest `params.a.b...` chains a stage module spells out (a dict's .get is its parent's)."""
+    chains = set()
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        parts, value = [], node
+        while isinstance(value, ast.Attribute):
+            parts.append(value.attr)
+            value = value.value
+        if parts and isinstance(value, ast.Name) and value.id == "params":
+            chains.add(".".join(part for part in reversed(parts) if part != "get"))
+    return {c for c in chains if not any(other.startswith(c + ".") for other in chains)}
+
+
+def unlisted_params(stages: dict, root: Path = ROOT) -> dict[str, list[str]]:
+    """{stage: [settings its module reads that none of its params keys covers]} (a key covers itself, what lies
+    under it, and a section that holds it: passing `params.abnet` along to a stage listing abnet.x is not flagged)."""
+    gaps = {}
+    for stage, definition in stages.items():
+        definition = definition.get("do", definition)
+        entry = entry_module(definition.get("cmd") or "")
+        if entry is None:
+            continue
+        keys = [str(key).replace("${key}", "*").replace("${item.row}", "*") for key in definition.get("params", [])]
+        exempt = PARAMS_EXEMPT["*"] | PARAMS_EXEMPT.get(stage, {})
+        missing = sorted(chain for chain in params_read(root / module_file(entry, root))
+                         if not any(chain == key or chain.startswith(key + ".") or key.startswith(chain + ".")
+                                    or chain.startswith(key.removesuffix(".*") + ".") for key in keys)
+                         and not any(chain == e or chain.startswith(e + ".") for e in exempt))
+        if missing:
+            gaps[stage] = missing
+    return gaps
+
+
+def test_every_stage_lists_the_settings_its_module_reads():
+    """An edit to a setting a stage reads must make `dvc status` report it changed: a fine-tune that read
+    abnet.dev_decoding (its dev BLEU, patience) while listing abnet.decoding (the test set's) was never rerun by the
+    one and always by the other."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert unlisted_params(stages) == {}
+    stages["finetune"]["params"] = [key for key in stages["finetune"]["params"] if key != "abnet.dev_decoding"]
+    assert unlisted_params(stages) == {"finetune": ["abnet.dev_decoding"]}

@@ -437,9 +437,10 @@ class AbnetParams:
     adapters: AbnetAdapters = field(default_factory=AbnetAdapters)
     length_weight: float = 1.0  # the length loss is added to the masked-piece loss (the paper)
     decoding: MaskPredict = field(default_factory=MaskPredict)
-    dev_decoding: MaskPredict = field(default_factory=MaskPredict)  # Mask-Predict for the dev BLEU while training
-    #     (the learning curve; the checkpoint where select_by is bleu): fewer lengths and iterations than `decoding`
-    #     cut what was most of an AB-Net fine-tune on a CPU; the test set is always decoded with `decoding`
+    dev_decoding: MaskPredict = field(default_factory=lambda: MaskPredict(length_candidates=1, iterations=4))
+    #     Mask-Predict for the dev BLEU while training (the learning curve, patience; the checkpoint where select_by
+    #     is bleu): fewer lengths and iterations than `decoding` cut what was most of an AB-Net fine-tune on a CPU;
+    #     the test set is always decoded with `decoding`
     sponsored: Sponsored = field(default_factory=Sponsored)  # abnets.NAME.decoder: coordinator
     train: Training = field(default_factory=lambda: Training(max_updates=10000, warmup=1000, eval_every=1000,
                                                              batch_tokens=4000, lr=5e-4, select_by="loss"))
@@ -657,6 +658,28 @@ def sponsored_settings(params: Params, name: str) -> Sponsored:
     """The PLM-sponsored settings of abnets.NAME: abnet.sponsored with the entry's own `sponsored` keys."""
     merged = dataclasses.asdict(params.abnet.sponsored) | params.abnets[name].sponsored
     return parse(Sponsored, merged, f"params.abnets.{name}.sponsored")
+
+
+def abnet_settings(params: Params, name: str) -> dict[str, Any]:
+    """The abnet-wide settings that abnets.NAME's cells train and decode under and that differ from the defaults
+    (empty where none): Mask-Predict's decodings and length loss for `decoder: mask-predict`, the PLM-sponsored
+    settings the entry does not set itself for `decoder: coordinator`. Part of a cell's condition: a model that
+    learns from the downstream pairs alone starts from the same weights whatever these say."""
+    entry, cfg, default = params.abnets[name], params.abnet, AbnetParams()
+
+    def changed(value, base) -> dict[str, Any]:
+        a, b = dataclasses.asdict(value), dataclasses.asdict(base)
+        return {key: a[key] for key in a if a[key] != b[key]}
+
+    settings: dict[str, Any] = {}
+    if entry.decoder == "mask-predict":
+        settings = {"decoding": changed(cfg.decoding, default.decoding),
+                    "dev_decoding": changed(cfg.dev_decoding, default.dev_decoding),
+                    "length_weight": cfg.length_weight if cfg.length_weight != default.length_weight else None}
+    elif entry.decoder == "coordinator":
+        settings = {"sponsored": {key: value for key, value in changed(cfg.sponsored, default.sponsored).items()
+                                  if key not in entry.sponsored}}
+    return {key: value for key, value in settings.items() if value not in ({}, None)}
 
 
 def translated_upstream(params: Params, upstream: str | None, abnet: bool) -> bool:

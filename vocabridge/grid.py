@@ -175,12 +175,16 @@ class Gathered:
 
 
 def read_cells(folders: list[Path], expected: dict[str, str], seeds_of: dict[str, list[int]] | None = None,
-               test_digest: str | None = None, conditions: dict[str, str] | None = None) -> Gathered:
+               test_digest: str | None = None, conditions: dict[str, str] | None = None,
+               stamped: dict[str, dict] | None = None) -> Gathered:
     """The records of the grid's rows found in `folders`, later folders winning for the same cell.
 
     `expected` maps each row to its knobs digest: a record of another digest ran other knobs and is left out, as is
-    one scored on another test set (`test_digest`) or run under another condition (`conditions`: row -> its
-    condition_digest; a fine-tune's other budget, sample or decoding). Records of rows not in the grid are ignored;
+    one scored on another test set (`test_digest`), run under another condition (`conditions`: row -> its
+    condition_digest; a fine-tune's other budget, sample or decoding) or stamped with another condition than
+    `stamped` gives its row (row -> the `condition` its records carry; the AB-Net rows', whose model settings no
+    digest covers: a model that learns from the downstream pairs alone starts from the same weights whatever they
+    say). Records of rows not in the grid are ignored;
     so are extra seeds beyond `seeds_of` when it is given (None: every seed found counts, so later sessions' seeds
     add up)."""
     found: dict[Cell, CellRecord] = {}
@@ -203,6 +207,12 @@ def read_cells(folders: list[Path], expected: dict[str, str], seeds_of: dict[str
             if conditions is not None and condition != conditions.get(record.row):
                 left_out.append((cell_dir, f"another condition (fine-tune, sample or decoding: {condition} != "
                                            f"{conditions.get(record.row)})"))
+                continue
+            want = (stamped or {}).get(record.row)
+            if want is not None and (have := record.data.get("condition") or {}) != json.loads(json.dumps(want)):
+                keys = sorted(key for key in {*have, *want} if have.get(key) != want.get(key))
+                left_out.append((cell_dir, f"another AB-Net model or setting ({', '.join(keys)} differ from "
+                                           f"abnets.{want.get('upstream')} and abnet now)"))
                 continue
             found[record.cell] = record
     missing = []
