@@ -774,6 +774,10 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     sponsored = record(tiny_copy, "plm-nmt")["metrics"]
     assert sponsored["decoder"] == "beam search (PLM-sponsored)" and sponsored["beam"] == params["evaluate"]["beam"]
     assert (cell(tiny_copy, "models/finetuned", "plm-nmt") / "teacher/model.safetensors").is_file()
+    # the abnet settings its decoder uses, where not the defaults, are part of its cells' condition, and pool
+    assert record(tiny_copy, "plm-nmt")["condition"]["abnet"] == {"sponsored": {"coordinator_layers": 1,
+                                                                               "coordinator_ffn": 64}}
+    assert "abnet" not in record(tiny_copy, "abnet-enc")["condition"]  # beam search: no abnet setting of its own
     # an ablation of the paper's Table 3: its own `sponsored` keys, here without upstream training
     for row, mlm in (("plm-nmt", 0.15), ("plm-nmt-no-mlm", 0.0)):
         meta = json.loads((cell(tiny_copy, "models/finetuned", row) / "abnet.json").read_text())
