@@ -1,0 +1,78 @@
+#!/bin/bash
+# The plm study's cells on a lent GPU, as stages run them (no DVC or Prefect there).
+#   bash .sitting/run.sh start WAIT    unpack .sitting/in.tgz into /tmp/ws, rebuild the rows' upstream models from the
+#                                      carried BERTs, start the queue of cells (it outlives the call), wait WAIT s, pack
+#   bash .sitting/run.sh collect WAIT  wait up to WAIT s more for the queue, pack again
+# Packs to $OUT/back.tgz: data/cells (finished cells), the stages' metrics, curves, logs.
+set -u
+mode=$1; wait_s=$2
+T0=$(date +%s)
+R=$(pwd); W=${WS:-/tmp/ws}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PYTHONPATH=$W HF_HUB_OFFLINE=1 VOCABRIDGE_THREADS=4
+ROWS="plm-nmt-no-mlm plm-nmt-no-lt plm-nmt-no-kd abnet abnet-enc mask-predict"
+CELLS="plm-nmt-no-lt 4
+plm-nmt-no-kd 4
+plm-nmt-no-mlm 4
+plm-nmt-no-lt 5
+plm-nmt-no-mlm 5
+abnet-enc 4
+abnet-enc 5
+abnet 4
+abnet 5
+mask-predict 4
+mask-predict 5"
+
+pack() {
+  cd $W || return
+  for f in logs/*-s*.log; do
+    [ -f "$f" ] && printf '%s: %s\n' "$f" "$(tr '\r' '\n' < "$f" | grep -E 'upd/s|BLEU|Error|error' | tail -1)"
+  done > $OUT/progress.txt
+  tar czf $OUT/back.tgz data/cells data/metrics data/plots data/diagnostics data/rows logs 2>/dev/null
+  cp logs/done.txt $OUT/done.txt 2>/dev/null
+  ls -la $OUT
+}
+
+if [ "$mode" = start ]; then
+  mkdir -p $W/logs && cd $W
+  tar -C $R --exclude=./.sitting -cf - . | tar -xf -
+  tar xzf $R/.sitting/in.tgz
+  tar xzf git.tgz && git remote remove origin 2>/dev/null; git config --unset-all extensions.partialclone 2>/dev/null
+  git reset -q 2>&1 | tail -1
+  echo "commit: $(git rev-parse HEAD 2>&1) dirty: $(git status --porcelain --untracked-files=no 2>&1 | head -3)" > $OUT/setup.log
+  { nvidia-smi -L; nproc; free -g | head -2; python3 -c "import torch, transformers, sacrebleu, sentencepiece, tokenizers
+print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0), 'capability', torch.backends.cpu.get_cpu_capability())
+print('transformers', transformers.__version__, 'tokenizers', tokenizers.__version__, 'sacrebleu', sacrebleu.__version__, 'sentencepiece', sentencepiece.__version__)"; } >> $OUT/setup.log 2>&1
+  setup_row() {
+    r=$1
+    python3 -m stages.abnet $r > logs/abnet-$r.log 2>&1 || { echo "abnet $r failed"; tail -3 logs/abnet-$r.log; }
+    # the BERTs' config.json records the transformers version that wrote it: the CPU study's own
+    for f in data/models/upstream/$r/*/config.json; do cp cpu-config.json "$f"; done
+    python3 -m stages.row $r > logs/row-$r.log 2>&1 || { echo "row $r failed"; tail -3 logs/row-$r.log; }
+    if cmp -s data/rows/$r.json rows-cpu/$r.json; then echo "$r: upstream model and row record identical to the CPU study's"
+    else echo "$r: row record DIFFERS from the CPU study's"; diff data/rows/$r.json rows-cpu/$r.json | head -6; fi
+  }
+  for r in $ROWS; do setup_row $r > logs/setup-$r.txt 2>&1 & done
+  wait
+  cat logs/setup-*.txt >> $OUT/setup.log
+  echo "setup took $(( $(date +%s) - T0 )) s" >> $OUT/setup.log
+  cat > queue.sh <<'EOF'
+cell() {
+  r=$1; s=$2; log=logs/$r-s$s.log; t=$(date +%s)
+  { python3 -m stages.transfer $r $s && python3 -m stages.finetune $r $s && python3 -m stages.evaluate $r $s; } > $log 2>&1
+  echo "$r $s rc=$? seconds=$(( $(date +%s) - t )) start=$(( t - T0 )) end=$(( $(date +%s) - T0 ))" >> logs/done.txt
+}
+export -f cell
+nvidia-smi dmon -s um -d 15 > logs/dmon.txt 2>&1 &
+xargs -P 4 -L 1 bash -c 'cell "$0" "$1"' < cells.txt
+echo ALL DONE >> logs/done.txt
+EOF
+  printf '%s\n' "$CELLS" > cells.txt
+  export T0
+  [ "${QUEUE:-1}" = 1 ] && setsid nohup bash queue.sh > logs/queue.log 2>&1 < /dev/null &
+  cat $OUT/setup.log
+else
+  cd $W || exit 1
+fi
+while [ $(( $(date +%s) - T0 )) -lt "$wait_s" ] && ! grep -q "ALL DONE" logs/done.txt 2>/dev/null; do sleep 5; done
+pack
+cat $OUT/done.txt 2>/dev/null; cat $OUT/progress.txt
