@@ -12,7 +12,7 @@ import sacrebleu
 
 from vocabridge.config import Report
 from vocabridge.grid import commit_cells, knobs_digest, read_cells, text_digest
-from vocabridge.report import DIFFER, HeldOut, grid_report, write_report
+from vocabridge.report import DIFFER, HeldOut, grid_report, machine_name, write_report
 
 WORDS = ("and the word was with god and the word was god in the beginning the same was with god all things were "
          "made by him and without him was not any thing made that was made in him was life and the life was the "
@@ -243,9 +243,11 @@ def test_no_finished_cell_is_a_report_that_says_so(tmp_path):
 
 def test_decoding_speed_and_the_studys_berts_have_their_sections(tmp_path):
     folder = tmp_path / "cells"
-    for row, ms, decoder in (("ft-srcv", 40.0, "ctranslate2"), ("va-llm", 10.0, "mask-predict")):
-        for seed in (1, 2):
-            cell = write_cell(folder, row, seed, AVX2, UP_A)
+    for row, ms, decoder, seeds, machine in (("ft-srcv", 40.0, "ctranslate2", (1, 2), AVX2),
+                                             ("va-llm", 10.0, "mask-predict", (1, 2), AVX2),
+                                             ("va-llm", 3.0, "mask-predict", (3,), AVX512)):
+        for seed in seeds:
+            cell = write_cell(folder, row, seed, machine, UP_A)
             record = json.loads((cell / "record.json").read_text())
             record["metrics"] |= {"latency_ms": ms + seed, "sentences_per_second": 1000 / ms, "decoder": decoder}
             (cell / "record.json").write_text(json.dumps(record))
@@ -256,12 +258,17 @@ def test_decoding_speed_and_the_studys_berts_have_their_sections(tmp_path):
                            "stopped": "max_updates reached", "train_seconds": 7200.0, "precision": "bf16"})}
     rows = ["ft-srcv", "va-llm"]
     gathered = read_cells([folder], {row: knobs_digest(KNOBS[row]) for row in rows}, test_digest=text_digest(REFS))
-    built = grid_report(gathered, rows, REFS, Report(baseline="ft-srcv", bootstrap_samples=50), seeds=[1, 2],
+    built = grid_report(gathered, rows, REFS, Report(baseline="ft-srcv", bootstrap_samples=50), seeds=[1, 2, 3],
                         plms=plms)
-    speed = built.tables["decoding_speed"].set_index("row")
-    assert speed.loc["va-llm", "decoder"] == "mask-predict" and speed.loc["va-llm", "latency_ms"] == 11.5
-    assert speed.loc["va-llm", "latency_speedup_vs_ft-srcv"] == round(41.5 / 11.5, 2)
-    assert speed.loc["ft-srcv", "latency_speedup_vs_ft-srcv"] == 1.0 and speed.loc["ft-srcv", "seeds"] == 2
+    # a speed is a machine's: one line a row and machine, each against the baseline on its own machine
+    speed = built.tables["decoding_speed"].set_index(["row", "machine"])
+    slow, fast = machine_name(AVX2), machine_name(AVX512)
+    assert len(speed) == 3 and speed.loc[("va-llm", slow), "decoder"] == "mask-predict"
+    assert speed.loc[("va-llm", slow), "latency_ms"] == 11.5 and speed.loc[("va-llm", slow), "seeds"] == 2
+    assert speed.loc[("va-llm", slow), "latency_speedup_vs_ft-srcv"] == round(41.5 / 11.5, 2)
+    assert speed.loc[("va-llm", fast), "latency_ms"] == 6.0 and speed.loc[("va-llm", fast), "seeds"] == 1
+    assert pd.isna(speed.loc[("va-llm", fast), "latency_speedup_vs_ft-srcv"])  # no ft-srcv cell on that machine
+    assert speed.loc[("ft-srcv", slow), "latency_speedup_vs_ft-srcv"] == 1.0
     (line,) = built.tables["plms"].to_dict("records")  # 0.195 at 2,500 against 0.10 at 500: still rising
     assert line["accuracy_gain_last_2000"] == 0.095 and line["train_hours"] == 2.0
     assert set(built.tables["plm_curves"]["language"]) == {"de"} and len(built.tables["plm_curves"]) == 5
@@ -270,7 +277,7 @@ def test_decoding_speed_and_the_studys_berts_have_their_sections(tmp_path):
     (tmp_path / "out").mkdir()
     write_report(built, tmp_path / "out")
     assert (tmp_path / "out" / "plm_curves.png").stat().st_size > 0
-    assert len(pd.read_csv(tmp_path / "out" / "decoding_speed.csv")) == 2
+    assert len(pd.read_csv(tmp_path / "out" / "decoding_speed.csv")) == 3
 
 
 def test_committing_cells_adds_and_never_deletes(two_sessions, tmp_path):

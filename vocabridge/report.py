@@ -409,22 +409,25 @@ def learning_curves_plot(curves: pd.DataFrame, threshold: float | None, path: Pa
 
 
 def decoding_speed_table(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Guo et al.'s speed claim on our cells: per row its decoder, mean test BLEU, latency (ms a sentence decoded
-    one at a time) and batched throughput (sentences/s), means over seeds, the speed-up of its latency over
-    `baseline`'s (the baseline's ms / the row's), and the latency Guo et al. published for the row's model
-    (GUO_LATENCY_MS). Empty where no cell measured latency."""
-    columns = ["row", "decoder", "seeds", "bleu", "latency_ms", "sentences_per_second",
-               f"latency_speedup_vs_{baseline}", "published_latency_ms", "machines"]
+    """Guo et al.'s speed claim on our cells: per row and machine its decoder, mean test BLEU, latency (ms a sentence
+    decoded one at a time) and batched throughput (sentences/s), means over the seeds that machine ran, the speed-up
+    of its latency over `baseline`'s on the same machine (the baseline's ms / the row's; empty where the baseline has
+    no cell there), and the latency Guo et al. published for the row's model (GUO_LATENCY_MS). One line a machine,
+    since a speed is a machine's. Empty where no cell measured latency."""
+    columns = ["row", "machine", "decoder", "seeds", "bleu", "latency_ms", "sentences_per_second",
+               f"latency_speedup_vs_{baseline}", "published_latency_ms"]
     if not len(cells) or "latency_ms" not in cells or pd.to_numeric(cells["latency_ms"], errors="coerce").isna().all():
         return pd.DataFrame(columns=columns)
-    lines = [{"row": row, "decoder": "/".join(sorted({str(d) for d in part["decoder"].dropna()})) or None,
+    machines = cells["machine"].fillna("unknown")
+    lines = [{"row": row, "machine": machine,
+              "decoder": "/".join(sorted({str(d) for d in part["decoder"].dropna()})) or None,
               "seeds": len(part), "bleu": _mean(part, "bleu"), "latency_ms": _mean(part, "latency_ms", 1),
-              "sentences_per_second": _mean(part, "sentences_per_second", 1), "machines": part["machine"].nunique()}
-             for row, part in cells.groupby("row", sort=False)]
-    base = next((line["latency_ms"] for line in lines if line["row"] == baseline), None)
+              "sentences_per_second": _mean(part, "sentences_per_second", 1)}
+             for (row, machine), part in cells.groupby([cells["row"], machines], sort=False)]
+    base = {line["machine"]: line["latency_ms"] for line in lines if line["row"] == baseline}
     for line in lines:
-        line[f"latency_speedup_vs_{baseline}"] = round(base / line["latency_ms"], 2) \
-            if base and line["latency_ms"] else None
+        ms, own = base.get(line["machine"]), line["latency_ms"]
+        line[f"latency_speedup_vs_{baseline}"] = round(ms / own, 2) if ms and own else None
         line["published_latency_ms"] = GUO_LATENCY_MS.get(line["row"])
     return pd.DataFrame(lines, columns=columns)
 
@@ -1084,11 +1087,12 @@ def _speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: s
             "## Decoding speed\n\nGuo et al.'s claim for Mask-Predict (AB-Net's decoder) against autoregressive "
             "decoding, on our cells: latency_ms, milliseconds a sentence decoded one at a time over the first "
             "`evaluate.latency_sentences` test sentences; sentences_per_second, the whole test set batched; means "
-            f"over seeds; latency_speedup_vs_{baseline}, {baseline}'s latency over the row's; published_latency_ms, "
-            "Guo et al.'s Table 1 (WMT14 En-De, one sentence at a time on a 1080Ti GPU; Transformer-Base: our "
-            "in-domain). Figures of different "
-            "machines do not compare (`machines`; the appendix names them); benchmarks/mask_predict_latency.py "
-            "times the decoders side by side on one machine.\n\n" + to_markdown(speed))
+            f"over the machine's seeds; latency_speedup_vs_{baseline}, {baseline}'s latency on the same machine "
+            "over the row's; published_latency_ms, Guo et al.'s Table 1 (WMT14 En-De, one sentence at a time on a "
+            "1080Ti GPU; Transformer-Base: our in-domain). One line a row and machine: figures of different "
+            "machines do not compare; benchmarks/mask_predict_latency.py times the decoders side by side on one "
+            "machine.\n\n"
+            + to_markdown(speed))
     if len(plms):
         gain = next(c for c in plms.columns if c.startswith("accuracy_gain_last_"))
         parts.append(
