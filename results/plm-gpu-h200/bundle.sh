@@ -6,7 +6,7 @@
 # .sitting/in.tgz in the checkout; .git/info/exclude lists /.sitting/, and the device call carries it.
 set -eu
 WS=${WS:-/work/plm-ws}
-ROWS="plm-nmt-no-mlm plm-nmt-no-lt plm-nmt-no-kd abnet abnet-enc mask-predict"
+ROWS=${ROWS:-"abnet abnet-enc mask-predict"}  # the rows of run.sh's CELLS
 T=$(mktemp -d)
 mkdir -p $T/data/corpora/downstream $T/data/spm $T/data/models $T/rows-cpu
 cp $WS/params.yaml $T/

@@ -4,23 +4,23 @@
 #                                      carried BERTs, start the queue of cells (it outlives the call), wait WAIT s, pack
 #   bash .sitting/run.sh collect WAIT  wait up to WAIT s more for the queue, pack again
 # Packs to $OUT/back.tgz: data/cells (finished cells), the stages' metrics, curves, logs.
+# Environment: CELLS ("row seed" lines; default: the cells the study still lacks), ROWS (default: CELLS' rows),
+# PARALLEL (cells at once, default 4), START_BY (no cell starts later than this many seconds after the setup began,
+# default 420: an AB-Net cell needs about 270 s from transfer to record and a plm-nmt cell about 500 s, four at once,
+# and the lease's two calls leave about 780 s; a cell started later converges but is still being scored when the
+# lease ends, and its model does not come back. For plm-nmt cells, START_BY=280).
 set -u
 mode=$1; wait_s=$2
 T0=$(date +%s)
 R=$(pwd); W=${WS:-/tmp/ws}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PYTHONPATH=$W HF_HUB_OFFLINE=1 VOCABRIDGE_THREADS=4
-ROWS="plm-nmt-no-mlm plm-nmt-no-lt plm-nmt-no-kd abnet abnet-enc mask-predict"
-CELLS="plm-nmt-no-lt 4
-plm-nmt-no-kd 4
-plm-nmt-no-mlm 4
-plm-nmt-no-lt 5
-plm-nmt-no-mlm 5
+CELLS=${CELLS:-"abnet 5
 abnet-enc 4
 abnet-enc 5
-abnet 4
-abnet 5
 mask-predict 4
-mask-predict 5"
+mask-predict 5"}
+ROWS=${ROWS:-$(printf '%s\n' "$CELLS" | awk 'NF {print $1}' | sort -u | tr '\n' ' ')}
+export START_BY=${START_BY:-420} PARALLEL=${PARALLEL:-4}
 
 pack() {
   cd $W || return
@@ -58,12 +58,15 @@ print('transformers', transformers.__version__, 'tokenizers', tokenizers.__versi
   cat > queue.sh <<'EOF'
 cell() {
   r=$1; s=$2; log=logs/$r-s$s.log; t=$(date +%s)
+  if [ $(( t - T0 )) -gt "$START_BY" ]; then
+    echo "$r $s not started: $(( t - T0 )) s after the setup began, past START_BY=$START_BY" >> logs/done.txt; return
+  fi
   { python3 -m stages.transfer $r $s && python3 -m stages.finetune $r $s && python3 -m stages.evaluate $r $s; } > $log 2>&1
   echo "$r $s rc=$? seconds=$(( $(date +%s) - t )) start=$(( t - T0 )) end=$(( $(date +%s) - T0 ))" >> logs/done.txt
 }
 export -f cell
 nvidia-smi dmon -s um -d 15 > logs/dmon.txt 2>&1 &
-xargs -P 4 -L 1 bash -c 'cell "$0" "$1"' < cells.txt
+xargs -P "$PARALLEL" -L 1 bash -c 'cell "$0" "$1"' < cells.txt
 echo ALL DONE >> logs/done.txt
 EOF
   printf '%s\n' "$CELLS" > cells.txt
