@@ -71,7 +71,7 @@ def main(argv: list[str]) -> None:
     key, pairs = ((f"rows.{name}.train_pairs", knobs.train_pairs) if knobs.train_pairs is not None
                   else ("finetune.train_pairs", params.finetune.train_pairs))
     with tempfile.TemporaryDirectory(prefix="vocabridge-pairs-") as tmp:
-        if pairs:
+        if pairs or (corpus / f"extra.{lang.src}").is_file():  # 0 with extra pairs: all of them too
             corpus = sample_pairs(corpus, lang, pairs, Path(tmp) / "sample", key)
         if knobs.backtranslated:  # the sample's pairs, then the back-translated ones
             corpus = add_pairs(corpus, lang, paths.BACKTRANSLATED, Path(tmp) / "with-bt")

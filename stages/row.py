@@ -22,7 +22,7 @@ from vocabridge.entry import run
 from vocabridge.errors import ConfigError, InputError
 from vocabridge.fileio import sha256_file, write_json
 from vocabridge.grid import knobs_digest
-from vocabridge.transfer import generator_for, get_method, knobs_for, resolved_knobs
+from vocabridge.transfer import generator_for, get_method, knobs_for, needs, resolved_knobs, start_method
 
 
 def upstream_weights(name: str, family: str):
@@ -69,10 +69,10 @@ def resources(row: str, params) -> dict[str, Path]:
         raise ConfigError(f"params.yaml: rows.{row}.upstream: '{knobs.upstream}' is not an upstream model; add "
                           f"upstreams.{knobs.upstream} (upstream models: {known})")
     files = {"upstream": upstream_weights(knobs.upstream, method.family)}
-    if "cbow" in method.needs:
+    if "cbow" in needs(row, params.rows):
         files |= {f"cbow.{code}": paths.CBOW / f"{code}.bin" for code in (params.lang.src, params.lang.tgt)}
-    if method.generator:
-        name = generator_for(method.generator, knobs.sides)
+    if (variant := start_method(row, params.rows).generator):
+        name = generator_for(variant, knobs.sides)
         if name not in params.generators:
             raise ConfigError(f"params.yaml: generators: rows.{row} needs the trained generator '{name}'; add it "
                               f"(generators: {params.generators})")

@@ -34,7 +34,8 @@ def main(argv: list[str]) -> None:
     knobs = knobs_for(name, params.rows)
     check_stamp(name)
     if knobs.train_pairs is not None:
-        available = len(read_text_lines(corpus / f"train.{lang.src}"))
+        available = sum(len(read_text_lines(f)) for f in (corpus / f"train.{lang.src}", corpus / f"extra.{lang.src}")
+                        if f.is_file())  # the training pairs, and those kept out of the vocabularies' text
         if knobs.train_pairs > available:
             raise ConfigError(f"params.yaml: rows.{name}.train_pairs: {knobs.train_pairs} is more than the "
                               f"{available} training pairs of {corpus}")
@@ -85,7 +86,7 @@ def resources(params, knobs, seed: int) -> Resources:
                      knobs=knobs, diagnostics=params.diagnostics, generator=paths.GENERATORS,
                      text={role: [c for c in (corpus / f"train.{code}", corpus / f"mono.{code}") if c.is_file()]
                            for role, code in (("src", lang.src), ("tgt", lang.tgt))},
-                     corpus=corpus)
+                     corpus=corpus, pairs=([corpus / f"train.{lang.src}"], [corpus / f"train.{lang.tgt}"]))
 
 
 def abnet_row(cell: Cell, params, knobs, method) -> None:

@@ -109,7 +109,9 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
     assert rows.loc["va-llm", "ci_low"] < rows.loc["va-llm", "bleu_mean"] < rows.loc["va-llm", "ci_high"]
     assert rows.loc["va-llm", "machines"] == 2 and rows.loc["va-llm", "upstream_models"] == 2
     # pairs only where the keys (seed, upstream sha256) match: ft-tgtv-random's seed 4 has upstream C
-    tests = built.tables["seed_comparisons"].set_index(["row", "against"])["form"]
+    comparisons = built.tables["seed_comparisons"]
+    assert set(comparisons["test_set"]) == {"test", "dev books"}  # both test sets, each its own Holm family
+    tests = comparisons[comparisons["test_set"] == "test"].set_index(["row", "against"])["form"]
     assert tests["va-llm", "ft-srcv"] == "paired"
     assert tests["ft-tgtv-random", "ft-srcv"] == tests["va-llm", "ft-tgtv-random"] == "unpaired"
     assert rows.loc["va-llm", "verdict_vs_ft-srcv"] == "better"  # 5 paired seeds, one quality apart
@@ -157,7 +159,7 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
     assert ("### Sato et al. 2020, Table 3, De-En IT->Law, 100k; ours under pretrain.init random, budget max 300 "
             "updates, patience 6, seeds 1-5, machines AVX2/AVX512") in text
     write_report(built, tmp_path)
-    for name in ("report.md", "cells.csv", "rows.csv", "report.csv", "seed_comparisons.csv", "bleu.png",
+    for name in ("report.md", "cells.csv", "rows.csv", "report.csv", "seed_comparisons.csv", "differences.png",
                  "learning_curves.png", "forgetting.png", "paper_sato2020_table3.csv"):
         assert (tmp_path / name).is_file(), name
     report = pd.read_csv(tmp_path / "report.csv")
@@ -236,7 +238,7 @@ def test_no_finished_cell_is_a_report_that_says_so(tmp_path):
     built = grid_report(read_cells([tmp_path / "none"], {"ft-srcv": "x"}), ["ft-srcv"], REFS, Report())
     assert built.missing_rows == ["ft-srcv"] and "No finished cells yet" in built.markdown
     write_report(built, tmp_path)
-    assert (tmp_path / "report.md").is_file() and not (tmp_path / "bleu.png").exists()
+    assert (tmp_path / "report.md").is_file() and not (tmp_path / "differences.png").exists()
     assert "## Decoding speed" not in built.markdown and "## The pretrained language models" not in built.markdown
     assert not (tmp_path / "plm_curves.png").exists()
 

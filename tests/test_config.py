@@ -40,6 +40,27 @@ def test_a_profile_replaces_the_rows_whole_and_merges_the_rest(tmp_path):
     assert grid.finetune.train_pairs == 2000 and grid.finetune.train.max_updates == 100
 
 
+def test_a_profile_extends_another_and_states_only_what_differs(tmp_path):
+    params, profiles = tmp_path / "params.yaml", tmp_path / "profiles"
+    params.write_text("rows:\n  ft-srcv: {}\nseeds: [1]\nfinetune:\n  train_pairs: 2000\n  train: {max_updates: 350}\n")
+    profiles.mkdir()
+    (profiles / "base.yaml").write_text("rows:\n  ft-srcv: {}\n  fwet: {}\nseeds: [1, 2]\n"
+                                        "finetune: {train: {max_updates: 100, patience: 6}}\n")
+    (profiles / "big.yaml").write_text("extends: base\nfinetune: {train_pairs: 8000, train: {max_updates: 800}}\n")
+    merged = apply_profile(params, profiles / "big.yaml")
+    assert merged["rows"] == {"ft-srcv": {}, "fwet": {}} and merged["seeds"] == [1, 2] and merged["profile"] == "big"
+    assert merged["finetune"] == {"train_pairs": 8000, "train": {"max_updates": 800, "patience": 6}}
+    set_profile("big", params, profiles)
+    grid = load_params(params)
+    assert grid.profile == "big" and grid.finetune.train.patience == 6 and grid.finetune.train_pairs == 8000
+    (profiles / "loop.yaml").write_text("extends: loop\n")
+    with pytest.raises(ConfigError, match="extends: 'loop' extends itself"):
+        apply_profile(params, profiles / "loop.yaml")
+    (profiles / "orphan.yaml").write_text("extends: nowhere\n")
+    with pytest.raises(ConfigError, match="orphan.yaml: extends: no profile"):
+        apply_profile(params, profiles / "orphan.yaml")
+
+
 def test_rows_and_seeds_are_checked(tmp_path):
     path = tmp_path / "params.yaml"
     for text, message in (("rows: {}", "rows: the grid needs at least one row"),

@@ -54,6 +54,29 @@ def test_bible_subsamples_deterministically_and_writes_stats(tmp_path):
     assert (tmp_path / "out1" / "stats.json").read_bytes() == (tmp_path / "out2" / "stats.json").read_bytes()
 
 
+def test_extra_training_verses_leave_the_vocabularies_text_as_it_was_and_nest_the_samples(tmp_path):
+    from dataclasses import replace
+
+    from vocabridge.corpora.sample import sample_pairs
+
+    plain_prep = bible_prepare(tmp_path, train_size=2)
+    plain = write_corpus(build_downstream(plain_prep, Lang()), tmp_path / "plain", "downstream", "bible")
+    prep = replace(plain_prep, downstream=Downstream(bible=replace(plain_prep.downstream.bible, extra_train=True)))
+    extra = write_corpus(build_downstream(prep, Lang()), tmp_path / "extra", "downstream", "bible")
+    # the sample, the held-out sets and the monolingual text: byte for byte what they were without extra_train
+    assert {k: v for k, v in extra["sha256"].items() if not k.startswith("extra.")} == plain["sha256"]
+    assert extra["extra_pairs"] == 2 and (tmp_path / "extra" / "extra.ids").read_text().split() != \
+        (tmp_path / "extra" / "train.ids").read_text().split()
+    lang = Lang()
+    samples = {n: (sample_pairs(tmp_path / "extra", lang, n, tmp_path / f"s{n}", "k") / "train.en").read_text()
+               .splitlines() for n in (1, 2, 3, 0)}
+    assert len(samples[3]) == 3 and len(samples[0]) == 4  # 0: the training pairs and every extra one
+    assert set(samples[1]) <= set(samples[2]) <= set(samples[3]) <= set(samples[0])  # nested
+    assert samples[2] == (tmp_path / "extra" / "train.en").read_text().splitlines()
+    with pytest.raises(ConfigError, match="5 is not between 1 and the 2 training pairs and 2 extra"):
+        sample_pairs(tmp_path / "extra", lang, 5, tmp_path / "never", "rows.r.train_pairs")
+
+
 def test_bible_rejects_unknown_and_overlapping_books(tmp_path):
     prep = bible_prepare(tmp_path)
     prep.downstream.bible.dev_books = ["Rut"]

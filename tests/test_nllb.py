@@ -157,6 +157,30 @@ def test_adapt_with_vectors_and_extending(pretrained, args):
         assert diagnostics["shared"]["rows"]["projected"] > 0
 
 
+def test_distill_fits_the_new_rows_of_the_shared_matrix(pretrained):
+    """Token distillation on the one tied matrix: the objective falls, specials, codes and shared pieces keep their
+    rows, the output layer stays tied, and it needs the language codes the sentences start with."""
+    family, root = pretrained
+    src_lang, tgt_lang, _ = LANGS[family]
+    start, distilled = root / "fvt-start", root / "fvt-distilled"
+    assert _adapt(root, start, "--method", "fvt").returncode == 0
+    proc = _adapt(root, distilled, "--method", "distill", "--init-from", "fvt", "--distill-epochs", "6",
+                  "--distill-lr", "0.01", "--src-lang", src_lang, "--tgt-lang", tgt_lang)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stats = json.loads((distilled / "diagnostics.json").read_text())["distill"]
+    assert stats["pairs"] == 90 and set(stats["trainable_rows"]) == {"shared"}
+    assert stats["loss_after"]["decoder"] < 0.9 * stats["loss_before"]["decoder"], stats
+    assert stats["loss_after"]["encoder"] < stats["loss_before"]["encoder"], stats
+    old, before, after = _rows(root / "model"), _rows(start), _rows(distilled)
+    moved = {t for t in after if not torch.equal(before[t], after[t])}
+    assert moved and not moved & set(old)  # new pieces only; every token the model had keeps its row
+    model = AutoModelForSeq2SeqLM.from_pretrained(distilled, use_safetensors=True, local_files_only=True)
+    assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    proc = _adapt(root, root / "never", "--method", "distill")
+    assert proc.returncode != 0 and "needs --src-lang and --tgt-lang" in proc.stderr
+    assert not (root / "never").exists()
+
+
 def test_bad_input_is_one_line_and_writes_nothing(pretrained):
     family, root = pretrained
     src_lang, tgt_lang, unknown = LANGS[family]

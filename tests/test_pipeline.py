@@ -15,7 +15,7 @@ from vocabridge.fileio import sha256_file, sha256_tree
 
 e2e = pytest.mark.e2e
 ROWS = ["out-domain", "in-domain", "ft-srcv", "ft-tgtv-random", "va-cbow", "va-linear", "va-llm", "patt-eg-kd",
-        "patt-eg-kd-both", "fwet", "va-llm-low", "extend-fwet"]  # the tiny profile's rows, seed 1
+        "patt-eg-kd-both", "fwet", "va-llm-low", "extend-fwet", "distill-patt"]  # the tiny profile's rows, seed 1
 ADAPTED = ["ft-tgtv-random", "va-cbow", "va-linear", "va-llm"]
 
 
@@ -34,6 +34,17 @@ def test_the_low_resource_regime(tiny_project):
     assert s1["seed"] == 1 and s1["sampled_pairs"] == 1000  # finetune.train_pairs: every row's regime
     low = json.loads(cell(tiny_project, "metrics/finetune", "va-llm-low", suffix=".json").read_text())
     assert low["sampled_pairs"] == 500 and 450 < low["train_pairs"] <= 500 and low["seed"] == 1
+
+
+@e2e
+def test_a_distill_row_starts_from_the_trained_generator_and_fits_its_new_rows(tiny_project):
+    info = json.loads(cell(tiny_project, "diagnostics", "distill-patt", suffix=".json").read_text())
+    assert info["init_from"] == "patt-eg-kd" and 250 < info["distill"]["pairs"] <= 300
+    assert info["distill"]["updates"] > 0 and set(info["distill"]["trainable_rows"]) == {"encoder", "decoder"}
+    assert sum(info["distill"]["loss_after"].values()) < sum(info["distill"]["loss_before"].values())
+    stamp = json.loads((tiny_project / "data/rows/distill-patt.json").read_text())
+    assert "generator" in stamp["resources"]  # the starting method's generator, by hash
+    assert record(tiny_project, "distill-patt")["knobs"]["init_from"] == "patt-eg-kd"
 
 
 def lines(path: Path) -> list[str]:
@@ -163,7 +174,7 @@ def test_report_has_every_baseline_with_significance(tiny_project):
     assert ours.loc["ft-srcv", "delta_bleu"] == 0 and pd.isna(ours.loc["ft-srcv", "p_value"])
     assert ours.loc[["out-domain", "in-domain"], "p_value"].between(0, 1).all()
     assert (table["source"] != "vocabridge").any()  # the published rows stand beside ours
-    assert (tiny_project / "data/reports/results/bleu.png").stat().st_size > 1000
+    assert (tiny_project / "data/reports/results/differences.png").stat().st_size > 1000
     for row in ROWS:
         metrics = record(tiny_project, row)["metrics"]
         assert metrics["bleu_signature"].startswith("nrefs:1|case:mixed") and metrics["sentences_per_second"] > 0

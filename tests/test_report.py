@@ -77,6 +77,26 @@ def test_a_rows_seeds_are_summed_up_and_compared_over_seeds():
     assert verdicts.loc["f", "verdict"] == "fewer than 5 seeds a side: not a finding"
     assert verdicts.loc["g", "detectable"] == pytest.approx(2.8 * 0.8, abs=0.01)
     assert pd.isna(verdicts.loc["k", "detectable_5_seeds"])
+    both = seed_comparisons_table(tests, 0.5, {"h": {"g": late}})  # the dev books: a family of their own
+    dev = both[both["test_set"] == "dev books"].set_index("row")
+    assert list(dev.index) == ["g"] and dev.loc["g", "p_holm"] == 0.03 and dev.loc["g", "verdict"] == "decisive"
+    assert list(both["test_set"]) == ["test"] * 4 + ["dev books"]  # the test set's lines first, as before
+
+
+def test_the_differences_plot_draws_what_the_verdicts_judge(tmp_path):
+    from vocabridge.report import differences_plot
+
+    frame = pd.DataFrame([
+        {"row": "a", "against": "r", "delta": 1.0, "ci_low": 0.4, "ci_high": 1.6, "verdict": "decisive",
+         "test_set": "test"},
+        {"row": "a", "against": "r", "delta": 0.5, "ci_low": -0.1, "ci_high": 1.1, "verdict": "not decisive",
+         "test_set": "dev books"},
+        {"row": "b", "against": "q", "delta": -2.0, "ci_low": -3.0, "ci_high": -1.0, "verdict": "worse",
+         "test_set": "test"}])
+    assert differences_plot(frame, tmp_path / "d.png") and (tmp_path / "d.png").stat().st_size > 5000
+    old = frame[frame["test_set"] == "test"].drop(columns="test_set")  # a committed report's older table
+    assert differences_plot(old, tmp_path / "old.png")
+    assert not differences_plot(frame.iloc[:0], tmp_path / "none.png") and not (tmp_path / "none.png").exists()
 
 
 def test_a_cells_figures_and_a_verdict_in_one_table_cell(tmp_path):

@@ -23,6 +23,7 @@ from vocabridge.config import (
     TransferMethod,
     apply_profile,
     flatten,
+    read_profile,
     read_yaml,
 )
 from vocabridge.entry import run
@@ -41,7 +42,7 @@ def set_profile(name: str, params: Path = Path("params.yaml"), profiles: Path = 
     yaml.width = 110
     doc = yaml.load(params.read_text(encoding="utf-8"))
     changed = []
-    overlay = read_yaml(overlay_path) | {"profile": name}
+    overlay = read_profile(overlay_path) | {"profile": name}
     for key in WHOLE & set(overlay):  # the profile's rows are the grid's rows
         if doc.get(key) != overlay[key]:
             doc[key] = overlay[key]
@@ -86,24 +87,28 @@ def adapt(args: argparse.Namespace) -> dict:
     from vocabridge.nmt.forgetting import write_old_rows
     from vocabridge.nmt.model import save_model
     from vocabridge.tokenizers import train_spm
-    from vocabridge.transfer import Resources, get_method, knobs_for
+    from vocabridge.transfer import Resources, get_method, knobs_for, needs, start_method
     from vocabridge.transfer.init_map import read_init_map
 
     family = check_model_dir(args.model)
     init_map = read_init_map(args.init_map) if args.init_map else None  # its line errors before any training
-    method = get_method(args.method)
-    knobs = knobs_for(args.method, {args.method: TransferMethod(sides=args.sides, shared=args.shared, k=args.k,
-                                                                 reg=args.reg, extend=args.extend)})
+    rows = {args.method: TransferMethod(
+        sides=args.sides, shared=args.shared, k=args.k, reg=args.reg, extend=args.extend, init_from=args.init_from,
+        align=args.align, distill_epochs=args.distill_epochs, distill_lr=args.distill_lr,
+        distill_pairs=args.distill_pairs)}
+    method, start, uses = get_method(args.method), start_method(args.method, rows), needs(args.method, rows)
+    knobs = knobs_for(args.method, rows)
+    pairs = distill_pairs(args) if "pairs" in uses else None  # a text that is not parallel fails before training
     if family.shared:
-        return adapt_shared(args, family, method, knobs, init_map)
+        return adapt_shared(args, family, method, knobs, init_map, pairs)
     roles = {"encoder": ("src", args.src_text), "decoder": ("tgt", args.tgt_text)}
     adapted = ["encoder", "decoder"] if knobs.sides == "both" else [knobs.sides]
     for side in adapted:
         if not roles[side][1]:
             raise ConfigError(f"adapt: --sides {knobs.sides} needs --{roles[side][0]}-text")
-    if method.generator and not args.generator:
+    if start.generator and not args.generator:
         raise ConfigError(f"adapt: --method {args.method} needs --generator FILE (train one with `vocabridge "
-                          f"train-generator --variant {method.generator}`)")
+                          f"train-generator --variant {start.generator}`)")
     dim = _d_model(args.model)
     with tempfile.TemporaryDirectory(prefix="vocabridge-adapt-") as work:
         work = Path(work)
@@ -114,7 +119,7 @@ def adapt(args: argparse.Namespace) -> dict:
             spm_files[role] = work / f"{role}.model"
             spm_cfg = SpmModel(vocab_size=args.vocab_size, hard_vocab_limit=False)  # at most vocab_size pieces
             spm_files[role].write_bytes(train_spm(lines, spm_cfg, args.seed, args.threads, f"adapt.{role}"))
-            if "cbow" in method.needs:
+            if "cbow" in uses:
                 import sentencepiece as spm
 
                 sp = spm.SentencePieceProcessor(model_file=str(spm_files[role]))
@@ -123,11 +128,11 @@ def adapt(args: argparse.Namespace) -> dict:
                 save_vectors(train_cbow(lines, sp, dim, cfg, role), cbow_files[role])
         for role in ("src", "tgt"):  # the side that is kept still needs a path; it is not read
             spm_files.setdefault(role, work / "unused.model")
-        text = {roles[side][0]: list(roles[side][1]) for side in adapted} if "text" in method.needs or knobs.extend \
-            else {}
+        text = {roles[side][0]: list(roles[side][1]) for side in adapted} if "text" in uses or knobs.extend else {}
         res = Resources(pretrained=args.model, downstream_spm=spm_files, seed=args.seed, cbow=cbow_files, knobs=knobs,
                         diagnostics=Diagnostics(probes=args.probes), text=text,
-                        generator=args.generator if method.generator else None, init_map=init_map)
+                        generator=args.generator if start.generator else None, init_map=init_map,
+                        pairs=(list(args.src_text), list(args.tgt_text)) if pairs else None)
         model, src, tgt, diagnostics = method.build(res)
         diagnostics |= {"method": args.method, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                         "pretrained": str(args.model)}
@@ -138,28 +143,46 @@ def adapt(args: argparse.Namespace) -> dict:
     return diagnostics
 
 
-def adapt_shared(args: argparse.Namespace, family, method, knobs, init_map) -> dict:
+def distill_pairs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """--src-text and --tgt-text as parallel text (distill's teacher forcing): as many lines on each side."""
+    from vocabridge.corpora.user import read_text_lines
+
+    src, tgt = ([line for f in files for line in read_text_lines(f)] for files in (args.src_text, args.tgt_text))
+    if not src or len(src) != len(tgt):
+        raise ConfigError(f"adapt: --method {args.method} reads parallel text: --src-text and --tgt-text line by line "
+                          f"(given {len(src)} and {len(tgt)} lines)")
+    return src, tgt
+
+
+def adapt_shared(args: argparse.Namespace, family, method, knobs, init_map, pairs=None) -> dict:
     """`adapt` for NLLB-200 and M2M100: one vocabulary trained on the text of both languages replaces (or with
-    --extend, extends) the model's shared one (vocabridge.transfer.shared)."""
+    --extend, extends) the model's shared one (vocabridge.transfer.shared); distill then fits the new rows on
+    `pairs`, read in --src-lang and --tgt-lang."""
     from vocabridge.cbow import load_vectors, save_vectors, train_cbow
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, write_json
     from vocabridge.nmt.shared import save_model, train_shared_spm
+    from vocabridge.transfer import METHODS
     from vocabridge.transfer.shared import adapt_shared as build
+    from vocabridge.transfer.shared import distill_shared
 
     if knobs.sides != "both":
         raise ConfigError(f"adapt: {args.model} is a {family.label} model with one vocabulary for both languages; "
                           f"--sides does not apply (leave it out)")
-    if method.generator:
+    start = METHODS[knobs.init_from] if method.distills else method
+    if start.generator:
         raise ConfigError(f"adapt: --method {args.method} needs a generator, which `train-generator` trains for "
                           f"Marian models only; pick another method for a {family.label} model")
+    if pairs is not None and not (args.src_lang and args.tgt_lang):
+        raise ConfigError(f"adapt: --method {args.method} on a {family.label} model needs --src-lang and --tgt-lang "
+                          f"(the language codes its sentences start with, e.g. '{family.lang_example}')")
     lines = [line for f in [*args.src_text, *args.tgt_text] for line in read_text_lines(f)]
     if not lines:
         raise ConfigError("adapt: give --src-text and/or --tgt-text (the shared vocabulary is trained on both)")
     blob = train_shared_spm(lines, args.vocab_size, args.seed, args.threads)
     with tempfile.TemporaryDirectory(prefix="vocabridge-adapt-") as work:
         aux, aux_file = None, "CBOW vectors"
-        if "cbow" in method.needs:
+        if "cbow" in start.needs:
             import sentencepiece as spm
 
             dim = _d_model(args.model)
@@ -168,10 +191,14 @@ def adapt_shared(args: argparse.Namespace, family, method, knobs, init_map) -> d
             save_vectors(train_cbow(lines, spm.SentencePieceProcessor(model_proto=blob), dim, cfg, "shared"),
                          Path(aux_file))
             aux = load_vectors(Path(aux_file), dim)
-        options = method.build.keywords
+        options = start.build.keywords
         model, vocab, diagnostics = build(args.model, blob, lines, options["initializer"], knobs,
                                           Diagnostics(probes=args.probes), args.seed, aux, aux_file, init_map,
                                           options.get("check_loo", True))
+    if pairs is not None:
+        diagnostics["distill"] = distill_shared(model, vocab, args.model, pairs, knobs, args.seed, args.src_lang,
+                                                args.tgt_lang)
+        diagnostics["init_from"] = knobs.init_from
     diagnostics |= {"method": args.method, "vocab_size": {"shared": len(vocab)}, "pretrained": str(args.model),
                     "family": family.name}
     with atomic_dir(args.out) as tmp:
@@ -493,6 +520,24 @@ def results_command(out: Path | None, allow_stale: bool, cells_only: bool = Fals
     return f"{collect(root, out, profile, cpu)}: the run's results, ready to commit"
 
 
+def sizes_command(folders: list[Path], out: Path, methods: list[str] | None) -> str:
+    """`vocabridge sizes`: vocabridge.sizes over results folders, written atomically."""
+    from vocabridge.fileio import atomic_dir
+    from vocabridge.sizes import BASE, REFERENCE, SCRATCH, gather, write
+
+    found = gather(folders)
+    table = found.table
+    known = list(dict.fromkeys(table.loc[table["against"] == REFERENCE, "row"]))
+    methods = methods or [r for r in known if r not in (SCRATCH, BASE, "out-domain")]
+    unknown = [m for m in methods if m not in known]
+    if unknown:
+        raise ConfigError(f"sizes: --methods: no comparison of {unknown} against {REFERENCE} in {folders}")
+    with atomic_dir(out) as tmp:
+        written = write(found, methods, tmp)
+    counts = ", ".join(f"{n:,}" for n in sorted(found.sizes.values()))
+    return f"{out}: {', '.join(written)} over {len(folders)} sizes ({counts} training pairs)"
+
+
 def add_lang_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--src-lang", default=None, metavar="CODE",
                         help="NLLB-200/M2M100 only: the source language code (deu_Latn for NLLB, de for M2M100)")
@@ -546,6 +591,17 @@ def main(argv: list[str]) -> None:
                          "row (the mean of several OLD rows) on each adapted side whose new vocabulary holds NEW "
                          "and whose pretrained one holds OLD, whatever --method makes for the others; blank lines are "
                          "skipped; diagnostics.json lists the rows under init_map")
+    dist = ad.add_argument_group("token distillation (--method distill; reads --src-text and --tgt-text as parallel "
+                                 "text)")
+    dist.add_argument("--init-from", default=None, metavar="METHOD",
+                      help="the method whose rows the distillation starts from (default random: ft-tgtv-random)")
+    dist.add_argument("--align", choices=("last", "mean"), default=None,
+                      help="a word's state: its last piece's, or the mean over its pieces (default last)")
+    dist.add_argument("--distill-epochs", type=int, default=None, help="passes over the pairs (default 3)")
+    dist.add_argument("--distill-lr", type=float, default=None, help="Adam's learning rate (default 0.001)")
+    dist.add_argument("--distill-pairs", type=int, default=None,
+                      help="the first N pairs only (default 0: all)")
+    add_lang_flags(dist)
     ad.add_argument("--vocab-size", type=int, default=SpmModel().vocab_size,
                     help="SentencePiece vocabulary size per language, at most (default %(default)s)")
     ad.add_argument("--cbow-window", type=int, default=Cbow().window,
@@ -708,8 +764,22 @@ def main(argv: list[str]) -> None:
     res.add_argument("--cells", action="store_true",
                      help="only copy the workspace's finished cells (data/cells) into OUT/cells: adds, never "
                           "deletes, needs no finished run")
+    sz = sub.add_parser(
+        "sizes", help="one study's verdicts at several in-domain sizes, side by side, with two figures",
+        description="Read results folders of one study run at different in-domain sizes (each a report with its "
+                    "committed cells, e.g. results/study results/size-8000 results/size-all) and write OUT/sizes.md "
+                    "(each method's difference from random new rows, in-domain - ft-srcv and ft-tgtv-random - "
+                    "ft-srcv, per size and test set, with the folders' verdicts), sizes.csv, gains.png and "
+                    "regimes.png.")
+    sz.add_argument("folders", type=Path, nargs="+", help="results folders, one per size")
+    sz.add_argument("--out", type=Path, required=True, help="where to write")
+    sz.add_argument("--methods", nargs="+", default=None,
+                    help="rows whose gain over ft-tgtv-random to draw (default: every row compared with it that "
+                         "makes new rows)")
     args = parser.parse_args(argv)
-    if args.command == "results":
+    if args.command == "sizes":
+        print(sizes_command(args.folders, args.out, args.methods))
+    elif args.command == "results":
         print(results_command(args.out, args.allow_stale, args.cells))
     elif args.command == "estimate":
         print(estimate_command(args.profile, args.fresh, args.jobs))

@@ -83,6 +83,9 @@ class Bible:
         "Joel", "Amos", "Obadiah", "Jonah", "Micah", "Nahum", "Habakkuk", "Zephaniah", "Haggai", "Hebrews", "1 John"])
     train_size: int = 10000  # parallel training verses (sampled from the other books); 0: all
     mono_size: int = 0  # 0: all
+    extra_train: bool = False  # true: the training verses train_size leaves out go to extra.LANG, pairs that only a
+    #                            fine-tune asking for more than train_size reads (rows.ROW.train_pairs), never the
+    #                            vocabularies or CBOW: a larger in-domain set with the same vocabularies
 
 
 @dataclass
@@ -260,6 +263,13 @@ class TransferMethod:
     target_vocabulary: str | None = None  # PLM-sponsored rows (plm-nmt): the decoder BERT takes the downstream target
     #                                      vocabulary, its rows made by this method's initialiser (ft-tgtv-random,
     #                                      va-llm, avg-eg, fwet, ...: Duan & Zhao's FWET is `fwet`); None: its own
+    init_from: str | None = None  # distill: the initialiser whose rows the distillation starts from (random, mean,
+    #                               fwet, avg-eg, patt-eg-kd, ... any method that adapts a vocabulary)
+    align: Literal["last", "mean"] | None = None  # distill: a word's state is its last piece's, or the mean of its
+    #                                               pieces' (vocabridge/transfer/distill.py)
+    distill_epochs: int | None = None  # distill: passes over the downstream training pairs
+    distill_lr: float | None = None  # distill: Adam's learning rate on the new rows
+    distill_pairs: int | None = None  # distill: the first N downstream training pairs; 0: all
 
 
 @dataclass
@@ -699,9 +709,27 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise ConfigError(f"{path}: {err}") from None
 
 
+def read_profile(path: str | Path, seen: tuple[str, ...] = ()) -> dict:
+    """A profile overlay; `extends: NAME` first takes profiles/NAME.yaml (beside it) and overlays this one on it,
+    so that a study's variants (another size, another budget) state only what differs."""
+    path = Path(path)
+    data = read_yaml(path)
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: extends: the name of another profile, got {base!r}")
+    if base in (*seen, path.stem):
+        raise ConfigError(f"{path}: extends: '{base}' extends itself ({' -> '.join((*seen, path.stem, base))})")
+    parent = path.with_name(f"{base}.yaml")
+    if not parent.is_file():
+        raise ConfigError(f"{path}: extends: no profile {parent}")
+    return deep_merge(read_profile(parent, (*seen, path.stem)), data, WHOLE)
+
+
 def apply_profile(params_path: str | Path, profile_path: str | Path) -> dict:
     """Return params.yaml's data with a profile overlay merged in (validated, not written)."""
-    merged = deep_merge(read_yaml(params_path), read_yaml(profile_path), WHOLE)
+    merged = deep_merge(read_yaml(params_path), read_profile(profile_path), WHOLE)
     merged["profile"] = Path(profile_path).stem
     try:
         validate(parse(Params, merged, "params"))

@@ -36,6 +36,7 @@ from vocabridge.significance import (
 )
 
 DEV = "(dev books)"  # the second test set's columns: `vs_REF (dev books)`, `verdict (dev books)`
+DEV_SET = "dev books"  # the second test set's lines in seed_comparisons.csv (`test_set`)
 DIFFER = "conditions differ: not a verdict"
 
 
@@ -333,22 +334,55 @@ def forgetting_plot(forgetting: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def bleu_plot(table: pd.DataFrame, path: Path) -> None:
-    """Bars of mean test BLEU per row with the half-width of its 95% interval (seeds and test set)."""
+VERDICT_COLOURS = {"better": "#2e7d32", "worse": "#c62828"}  # decisive after Holm; anything else grey
+
+
+def differences_plot(comparisons: pd.DataFrame, path: Path) -> bool:
+    """Each row's difference from each reference (seed_comparisons.csv): the paired or Welch 95% interval over
+    seeds and test books, on the test set (filled) and the second test set (open), coloured by the verdict after
+    Holm (green better, red worse, grey not decisive). One panel per reference. Per-row bars with their own
+    intervals overlap where paired differences are decisive; this draws what the verdicts judge. False when
+    there is nothing to draw."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ours = table[table["source"] == "vocabridge"]
-    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(ours) + 2), 3.6), dpi=120)
-    ax.bar(ours["method"], ours["bleu"], yerr=ours["bleu_ci"].fillna(0), capsize=4, color="#4878a8")
-    ax.set_ylabel("test BLEU (sacrebleu)")
-    ax.set_title("BLEU per row: mean over seeds, 95% interval")
-    ax.tick_params(axis="x", rotation=30)
+    if comparisons is None or not len(comparisons):
+        return False
+    frame = comparisons.copy()
+    if "test_set" not in frame:  # a report written before the second test set's lines were added
+        frame["test_set"] = "test"
+    refs = list(dict.fromkeys(frame["against"]))
+    height = max(2.2, 0.32 * max(frame.groupby("against")["row"].nunique()) + 1.2)
+    fig, axes = plt.subplots(1, len(refs), figsize=(4.2 * len(refs), height), dpi=120, squeeze=False,
+                             sharey=False)
+    for ax, ref in zip(axes[0], refs, strict=True):
+        part = frame[frame["against"] == ref]
+        rows = list(dict.fromkeys(part["row"]))
+        for offset, (test_set, filled) in zip((-0.15, 0.15), (("test", True), (DEV_SET, False)), strict=True):
+            sub = part[part["test_set"] == test_set].set_index("row")
+            for y, row in enumerate(rows):
+                if row not in sub.index:
+                    continue
+                line = sub.loc[row]
+                word = str(line["verdict"])
+                sign = "better" if float(line["delta"]) > 0 else "worse"
+                colour = VERDICT_COLOURS[sign] if word in ("decisive", "better", "worse") else "#8a8a8a"
+                ax.plot([line["ci_low"], line["ci_high"]], [y + offset] * 2, color=colour, lw=2)
+                ax.plot(line["delta"], y + offset, "o", color=colour, mfc=colour if filled else "white", ms=5)
+        ax.axvline(0, color="black", lw=0.8)
+        ax.set_yticks(range(len(rows)), rows)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"BLEU difference from {ref}")
+        ax.set_title(f"against {ref}", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle("Differences, 95% interval over seeds and test books (filled: test, open: dev books; "
+                 "green/red: decisive after Holm)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True
 
 
 def curve_summary(curve: pd.DataFrame, threshold: float | None) -> dict:
@@ -549,24 +583,27 @@ def seeds_table(groups: dict[str, list[str]], bleu: dict[str, float], tests: dic
     return pd.DataFrame(rows)
 
 
-def seed_comparisons_table(tests: dict[str, dict[str, Comparison]], target: float) -> pd.DataFrame:
-    """One row per (row, reference): delta with its 95% interval and p over seeds and sentences, p after Holm's
-    correction over the reference's comparisons (one family per reference), the verdict, the smallest difference
-    the design detects (80% power, 5% level) now and with 5 seeds a side, and the seeds a side needed to detect
-    `target` BLEU."""
+def seed_comparisons_table(tests: dict[str, dict[str, Comparison]], target: float,
+                           dev_tests: dict[str, dict[str, Comparison]] | None = None) -> pd.DataFrame:
+    """One row per (row, reference, test set): delta with its 95% interval and p over seeds and sentences, p after
+    Holm's correction over the reference's comparisons on that test set (one family per reference and test set),
+    the verdict, the smallest difference the design detects (80% power, 5% level) now and with 5 seeds a side,
+    and the seeds a side needed to detect `target` BLEU. The test set's lines come first, then the second test
+    set's (`dev_tests`: the held-out dev books)."""
     rows = []
-    for ref, results in tests.items():
-        adjusted = holm([c.p_value for c in results.values()])[0]
-        for (label, c), p_holm in zip(results.items(), adjusted, strict=True):
-            at_5 = c.detectable_with(5)
-            rows.append({"row": label, "against": ref, "seeds": c.seeds, "reference_seeds": c.reference_seeds,
-                         "form": c.form, "delta": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high,
-                         "p_value": c.p_value, "p_holm": round(p_holm, 4), "verdict": holm_verdict(c, p_holm),
-                         "detectable": round(c.detectable, 2),
-                         "detectable_5_seeds": None if at_5 is None else round(at_5, 2),
-                         f"seeds_for_{target:g}": c.seeds_for(target)})
+    for test_set, family in (("test", tests), (DEV_SET, dev_tests or {})):
+        for ref, results in family.items():
+            adjusted = holm([c.p_value for c in results.values()])[0]
+            for (label, c), p_holm in zip(results.items(), adjusted, strict=True):
+                at_5 = c.detectable_with(5)
+                rows.append({"row": label, "against": ref, "seeds": c.seeds, "reference_seeds": c.reference_seeds,
+                             "form": c.form, "delta": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high,
+                             "p_value": c.p_value, "p_holm": round(p_holm, 4), "verdict": holm_verdict(c, p_holm),
+                             "detectable": round(c.detectable, 2),
+                             "detectable_5_seeds": None if at_5 is None else round(at_5, 2),
+                             f"seeds_for_{target:g}": c.seeds_for(target), "test_set": test_set})
     columns = ["row", "against", "seeds", "reference_seeds", "form", "delta", "ci_low", "ci_high", "p_value",
-               "p_holm", "verdict", "detectable", "detectable_5_seeds", f"seeds_for_{target:g}"]
+               "p_holm", "verdict", "detectable", "detectable_5_seeds", f"seeds_for_{target:g}", "test_set"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -927,7 +964,7 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     extension = extension_table(extension_pairs(knobs), over, forgetting, diagnostics)
     shared_vocab = [row for row in by_row if row in adapted and (_mean(cells[cells["row"] == row], "updates") or 0)]
     correlations = rank_correlations(table, shared_vocab)
-    seed_tests = seed_comparisons_table(tests, cfg.target_difference)
+    seed_tests = seed_comparisons_table(tests, cfg.target_difference, dev_tests)
     fit = vocabulary_fit_table(mismatch, diagnostics, lang) if mismatch_tgt is not None else None
 
     speed = decoding_speed_table(cells, baseline)
@@ -1037,7 +1074,8 @@ def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests,
         source = "report.curve_threshold" if cfg.curve_threshold is not None else \
             f"the best dev BLEU of {baseline}, mean over its seeds"
         parts.append(
-            "## Plots\n\n![BLEU per row](bleu.png)\n\n![Learning curves](learning_curves.png)"
+            "## Plots\n\n![Differences from the references](differences.png)\n\n"
+            "![Learning curves](learning_curves.png)"
             + ("\n\n![Forgetting](forgetting.png)" if len(forgetting) else "")
             + "\n\n### Learning curves\n\nDev BLEU (greedy) during fine-tuning, a row's seeds as their mean and "
             "range (`learning_curves.csv`); dev_bleu_auc: mean dev BLEU over the run (area under the curve / "
@@ -1197,7 +1235,7 @@ def write_report(built: Built, folder: Path) -> None:
     (folder / "report.md").write_text(built.markdown, encoding="utf-8")
     table = built.tables["report"]
     if (table["source"] == "vocabridge").any():
-        bleu_plot(table, folder / "bleu.png")
+        differences_plot(built.tables["seed_comparisons"], folder / "differences.png")
         learning_curves_plot(built.curves, built.threshold, folder / "learning_curves.png")
     if len(built.tables["forgetting"]):
         forgetting_plot(built.tables["forgetting"], folder / "forgetting.png")

@@ -28,6 +28,7 @@ class Corpus:
     splits: dict[str, list[Pair]] = field(default_factory=lambda: {s: [] for s in SPLITS})
     ids: dict[str, list[str]] = field(default_factory=dict)  # verse ids per split, where they exist
     mono: dict[str, list[str]] = field(default_factory=dict)
+    extra: list = field(default_factory=list)  # (verse id, pair): training pairs outside the sample (extra_train)
     sources: dict = field(default_factory=dict)
     dropped: dict = field(default_factory=dict)
     raw_pairs: int = 0
@@ -211,7 +212,11 @@ def _build_bible(cfg: Prepare, corpus: Corpus) -> Corpus:
             continue
         if (held_filter if split != "train" else train_filter).accept(*pair):
             kept[split].append((verse, pair))
-    kept["train"] = _subsample(kept["train"], b.train_size, cfg.seed)
+    sampled = _subsample(kept["train"], b.train_size, cfg.seed)
+    if b.extra_train:  # the verses the sample left out, kept apart from the vocabularies' text
+        chosen = {v for v, _ in sampled}
+        corpus.extra = [(v, p) for v, p in kept["train"] if v not in chosen]
+    kept["train"] = sampled
     corpus.raw_pairs = len(ids)
     corpus.splits = {s: [p for _, p in kept[s]] for s in SPLITS}
     corpus.ids = {s: [f"{v[0]}.{v[1]}.{v[2]}" for v, _ in kept[s]] for s in SPLITS}
@@ -248,6 +253,10 @@ def write_corpus(corpus: Corpus, out: Path, domain: str, recipe: str) -> dict:
             write_lines(out / f"{split}.ids", corpus.ids[split])
     for code, lines in corpus.mono.items():
         write_lines(out / f"mono.{code}", lines)
+    if corpus.extra:
+        for i, code in enumerate(LANGS):
+            write_lines(out / f"extra.{code}", (p[i] for _, p in corpus.extra))
+        write_lines(out / "extra.ids", (f"{v[0]}.{v[1]}.{v[2]}" for v, _ in corpus.extra))
     stats = {
         "domain": domain,
         "recipe": recipe,
@@ -255,6 +264,7 @@ def write_corpus(corpus: Corpus, out: Path, domain: str, recipe: str) -> dict:
         "pairs": {s: len(corpus.splits[s]) for s in SPLITS},
         "words": {s: {c: _words(p[i] for p in corpus.splits[s]) for i, c in enumerate(LANGS)} for s in SPLITS},
         "mono": {c: {"lines": len(lines), "words": _words(lines)} for c, lines in corpus.mono.items()},
+        **({"extra_pairs": len(corpus.extra)} if corpus.extra else {}),
         "dropped": corpus.dropped,
         "sources": corpus.sources,
         "sha256": {p.name: sha256_file(p) for p in sorted(out.iterdir())},

@@ -70,12 +70,15 @@ class Resources:
     generator: Path | None = None  # the generator stage's folder (VARIANT.safetensors), or one generator file:
     #                                att-eg, patt-eg, patt-eg-kd
     init_map: InitMap | None = None  # rows the user names (`adapt --init-map`): they replace the method's
+    pairs: tuple[list[Path], list[Path]] | None = None  # the new domain's parallel text: source files, target
+    #                                                     files, line by line (distill's teacher forcing)
 
 
 Built = tuple["MarianMTModel", Vocab, Vocab, dict]  # model, source vocab, target vocab, diagnostics
 
 
-NEEDS = frozenset({"cbow", "text", "corpus", "generator"})  # what a method may draw on beyond the pretrained model
+NEEDS = frozenset({"cbow", "text", "corpus", "generator", "pairs"})  # what a method may draw on beyond the
+#                                                                    pretrained model
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,12 @@ class Method:
     @property
     def adapts(self) -> bool:
         """Swaps in new vocabularies from the pretrained model's own (not a baseline that keeps or replaces it)."""
-        return isinstance(self.build, partial) and self.build.func in (adapt, with_generator)
+        return isinstance(self.build, partial) and self.build.func in (adapt, with_generator, distilled)
+
+    @property
+    def distills(self) -> bool:
+        """Token distillation: its rows start from another method's (`init_from`), then train."""
+        return isinstance(self.build, partial) and self.build.func is distilled
 
 
 def keep_pretrained(res: Resources) -> Built:
@@ -202,9 +210,28 @@ def trained_generator(variant: str) -> Callable[[Resources], Built]:
     return partial(with_generator, variant=variant)
 
 
+def distilled(res: Resources) -> Built:
+    """The rows of `init_from`, then fitted by token distillation from the pretrained model (distill.py) on the new
+    domain's parallel text."""
+    from vocabridge.transfer.distill import Settings, distill
+
+    if res.pairs is None:
+        raise InputError("distill needs the new domain's parallel text (source and target, line by line)")
+    model, src, tgt, diagnostics = METHODS[res.knobs.init_from].build(res)
+    teacher, old_src, old_tgt = load_model(res.pretrained)
+    src_lines, tgt_lines = ([line for f in files for line in read_text_lines(f)] for files in res.pairs)
+    knobs = res.knobs
+    settings = Settings(align=knobs.align, epochs=knobs.distill_epochs, lr=knobs.distill_lr,
+                        pairs=knobs.distill_pairs, seed=res.seed)
+    diagnostics["distill"] = distill(teacher, old_src, old_tgt, model, src, tgt, src_lines, tgt_lines, settings)
+    diagnostics["init_from"] = knobs.init_from
+    return model, src, tgt, diagnostics
+
+
 DEFAULT_KNOBS = TransferMethod(sides="both", shared="copy", k=10, reg=1e-3, max_members=10, patt_scale="code",
                                fwet_weights="softmax", extend=0, backtranslated=False, upstream="base")
 REPROJECT = {"shared": "reproject"}  # Sato et al.'s code maps every ordinary token, shared ones too
+DISTILL = {"init_from": "ft-tgtv-random", "align": "last", "distill_epochs": 3, "distill_lr": 1e-3, "distill_pairs": 0}
 
 CBOW = frozenset({"cbow"})
 
@@ -270,7 +297,14 @@ METHODS: dict[str, Method] = {
                       vocabulary="plm", defaults={"upstream": "plm-nmt"}),
     "independent-encoder": Method(adapted(independent), "random, and every other row too: a new embedding layer",
                                   defaults={"sides": "decoder"}),
+    # token distillation (after Dobler et al. 2025): the rows of `init_from`, fitted so that the frozen pretrained
+    # model's word states under the new pieces match its states under its own on the new domain's parallel text
+    "distill": Method(partial(distilled), "another method's row (init_from), fitted so that the frozen model's "
+                      "word states under the new pieces match those under its own (token distillation)",
+                      frozenset({"pairs"}), defaults=DISTILL),
 }
+INIT_FROM = {"random": "ft-tgtv-random"}  # init_from's short names
+DISTILL_ONLY = ("init_from", "align", "distill_epochs", "distill_lr", "distill_pairs")
 
 
 def get_method(name: str, rows: dict[str, TransferMethod] | None = None) -> Method:
@@ -287,6 +321,20 @@ def get_method(name: str, rows: dict[str, TransferMethod] | None = None) -> Meth
     return METHODS[base]
 
 
+def start_method(name: str, rows: dict[str, TransferMethod] | None = None) -> Method:
+    """The method that makes a row's first rows: its own, or for distill its `init_from`'s (whose resources, CBOW
+    vectors or a trained generator, the row needs too)."""
+    method = get_method(name, rows)
+    if not method.distills:
+        return method
+    return METHODS[knobs_for(name, rows or {}).init_from]
+
+
+def needs(name: str, rows: dict[str, TransferMethod] | None = None) -> frozenset[str]:
+    """Everything a row's method draws on, its starting method's included."""
+    return get_method(name, rows).needs | start_method(name, rows).needs
+
+
 def finetune_training(name: str, params) -> Training:
     """The training config a row's fine-tune runs under (seed aside): its method family's, with the row's own
     `max_updates` where it sets one."""
@@ -301,8 +349,8 @@ def generator_for(variant: str, sides: str) -> str:
 
 def generators_needed(rows: dict[str, TransferMethod]) -> list[str]:
     """The trained generators that the grid's rows use (params.yaml's `generators` must list them)."""
-    return sorted({generator_for(get_method(m, rows).generator, knobs_for(m, rows).sides) for m in rows
-                   if get_method(m, rows).generator})
+    return sorted({generator_for(start_method(m, rows).generator, knobs_for(m, rows).sides) for m in rows
+                   if start_method(m, rows).generator})
 
 
 def resolved_knobs(name: str, rows: dict[str, TransferMethod]) -> dict:
@@ -343,7 +391,9 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
     if knobs.extend and not get_method(name, given).adapts:
         raise ConfigError(f"params.yaml: rows.{name}.extend: the method '{knobs.method or name}' does not adapt "
                           f"a vocabulary, so there is nothing to extend")
-    if get_method(name, given).generator and knobs.upstream != "base":
+    knobs = check_distill(name, knobs, get_method(name, given))
+    if (get_method(name, given).generator or (knobs.init_from and METHODS[knobs.init_from].generator)) \
+            and knobs.upstream != "base":
         raise ConfigError(f"params.yaml: rows.{name}.upstream: '{knobs.upstream}': the generator stage trains "
                           f"its generators against the base model only; this method runs on `base`")
     if knobs.extend and "shared" not in overrides:
@@ -360,6 +410,28 @@ def knobs_for(name: str, given: dict[str, TransferMethod]) -> TransferMethod:
         raise ConfigError(f"params.yaml: rows.{name}.reg: must be >= 0, got {knobs.reg}")
     check_keep(name, knobs, get_method(name, given))
     return knobs
+
+
+def check_distill(name: str, knobs: TransferMethod, method: Method) -> TransferMethod:
+    """distill's knobs: only on a distill row, `init_from` an initialiser that adapts a vocabulary (its short name
+    resolved, so that `random` and `ft-tgtv-random` are one row)."""
+    where = f"params.yaml: rows.{name}"
+    if not method.distills:
+        stray = [k for k in DISTILL_ONLY if getattr(knobs, k) is not None]
+        if stray:
+            raise ConfigError(f"{where}.{stray[0]}: only for token distillation rows (method distill)")
+        return knobs
+    start = INIT_FROM.get(knobs.init_from, knobs.init_from)
+    usable = sorted([*INIT_FROM, *(k for k, m in METHODS.items() if m.adapts and not m.distills)])
+    if start not in METHODS or not METHODS[start].adapts or METHODS[start].distills:
+        raise ConfigError(f"{where}.init_from: '{knobs.init_from}' is not an initialiser to start from (one of "
+                          f"{usable})")
+    if knobs.align not in ("last", "mean"):
+        raise ConfigError(f"{where}.align: last or mean, got {knobs.align!r}")
+    if knobs.distill_epochs < 0 or knobs.distill_pairs < 0 or not knobs.distill_lr > 0:
+        raise ConfigError(f"{where}: distill_epochs and distill_pairs must be >= 0 and distill_lr > 0, got "
+                          f"{knobs.distill_epochs}, {knobs.distill_pairs}, {knobs.distill_lr}")
+    return dataclasses.replace(knobs, init_from=start)
 
 
 def check_keep(name: str, knobs: TransferMethod, method: Method) -> None:

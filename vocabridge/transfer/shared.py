@@ -97,3 +97,16 @@ def adapt_shared(pretrained: Path, spm_bytes: bytes, text: list[str], initialize
         "neighbours": neighbours(side, plan, plan.apply(emb), cfg.probes),
         "kept_tokens": len(rows)}
     return swap_shared_embeddings(model, plan.apply(emb)), new, diagnostics
+
+
+def distill_shared(model: M2M100ForConditionalGeneration, new: SharedVocab, pretrained: Path,
+                   pairs: tuple[list[str], list[str]], knobs, seed: int, src_lang: str, tgt_lang: str) -> dict:
+    """Token distillation (distill.py) of an adapted NLLB/M2M100 model's new rows, in place: the pretrained model
+    reads the pairs in its own pieces, the adapted one in `new`'s, each sentence led by its language code."""
+    from vocabridge.transfer.distill import Settings, distill
+
+    teacher, old = load_model(pretrained)
+    settings = Settings(align=knobs.align, epochs=knobs.distill_epochs, lr=knobs.distill_lr,
+                        pairs=knobs.distill_pairs, seed=seed)
+    return distill(teacher, old.for_lang(src_lang, pretrained), old.for_lang(tgt_lang, pretrained), model,
+                   new.for_lang(src_lang, pretrained), new.for_lang(tgt_lang, pretrained), *pairs, settings)

@@ -1,0 +1,86 @@
+"""`vocabridge sizes`: one study's verdicts at several in-domain sizes, read from its results folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import cli
+from vocabridge.errors import InputError
+from vocabridge.sizes import differences, gather
+
+
+def folder(root: Path, name: str, pairs: int, lines: list[tuple], dev_books: bool = True) -> Path:
+    """A results folder: seed_comparisons.csv from (row, against, delta, verdict) and one cell record per row."""
+    out = root / name
+    rows = []
+    for row, against, delta, verdict in lines:
+        for test_set in ("test", "dev books") if dev_books else ("test",):
+            shift = 0.0 if test_set == "test" else -0.1
+            rows.append({"row": row, "against": against, "seeds": 5, "reference_seeds": 5, "form": "paired",
+                         "delta": delta + shift, "ci_low": delta + shift - 0.5, "ci_high": delta + shift + 0.5,
+                         "p_value": 0.01, "p_holm": 0.02, "verdict": verdict, "test_set": test_set})
+    frame = pd.DataFrame(rows)
+    if not dev_books:
+        frame = frame.drop(columns="test_set")  # a report written before the second test set had lines
+    out.mkdir(parents=True)
+    frame.to_csv(out / "seed_comparisons.csv", index=False)
+    for row in {line[0] for line in lines}:
+        cell = out / "cells" / row / "s1"
+        cell.mkdir(parents=True)
+        (cell / "record.json").write_text(json.dumps({"finetune": {"train_pairs": pairs - 3}}))
+    return out
+
+
+@pytest.fixture
+def folders(tmp_path) -> list[Path]:
+    small = folder(tmp_path, "study", 2000, [("fwet", "ft-tgtv-random", 0.4, "not decisive"),
+                                             ("ft-tgtv-random", "ft-srcv", 2.8, "decisive"),
+                                             ("in-domain", "ft-srcv", -2.6, "decisive"),
+                                             ("ft-srcv", "ft-tgtv-random", -2.8, "decisive")], dev_books=False)
+    large = folder(tmp_path, "size-8000", 8000, [("fwet", "ft-tgtv-random", 0.1, "not decisive"),
+                                                 ("ft-tgtv-random", "ft-srcv", 1.0, "decisive"),
+                                                 ("in-domain", "ft-srcv", -0.5, "not decisive")])
+    return [large, small]
+
+
+def test_the_sizes_line_up_and_a_reference_turned_round_counts(folders):
+    sizes = gather(folders)
+    assert sorted(sizes.sizes.values()) == [1997, 7997]  # from the cells' records, not the folder's name
+    gain = differences(sizes, "fwet", "ft-tgtv-random")
+    assert gain[gain["test_set"] == "test"]["delta"].tolist() == [0.4, 0.1]  # by size
+    assert gain[gain["test_set"] == "dev books"]["size"].tolist() == [7997]  # the older table has the test set only
+    turned = differences(sizes, "ft-tgtv-random", "ft-srcv")
+    assert turned[turned["test_set"] == "test"]["delta"].tolist() == [2.8, 1.0]  # its own line, not the turned one
+    back = differences(sizes, "ft-srcv", "ft-tgtv-random")
+    line = back[(back["size"] == 7997) & (back["test_set"] == "test")].iloc[0]
+    assert (line["delta"], line["ci_low"], line["ci_high"]) == (-1.0, -1.5, -0.5)  # the sign and the interval
+
+
+def test_the_command_writes_the_table_and_both_figures(folders, tmp_path):
+    out = tmp_path / "sizes"
+    proc = cli("sizes", *map(str, folders), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {"sizes.csv", "sizes.md", "gains.png", "regimes.png"} <= {p.name for p in out.iterdir()}
+    text = (out / "sizes.md").read_text()
+    assert "| fwet - ft-tgtv-random, test | +0.40 [-0.10, 0.90] not decisive (5 seeds) |" in text
+    assert "| in-domain - ft-srcv, dev books |  | -0.60 [-1.10, -0.10] not decisive (5 seeds) |" in text
+    assert (out / "gains.png").stat().st_size > 5000
+
+
+def test_bad_folders_are_one_line_and_write_nothing(folders, tmp_path):
+    out = tmp_path / "never"
+    proc = cli("sizes", str(folders[0]), str(folders[0]), "--out", str(out))
+    assert proc.returncode != 0 and "7997 training pairs, as" in proc.stderr and not out.exists()
+    proc = cli("sizes", str(tmp_path / "nowhere"), "--out", str(out))
+    assert proc.returncode != 0 and "seed_comparisons.csv: no such file" in proc.stderr and not out.exists()
+    proc = cli("sizes", *map(str, folders), "--out", str(out), "--methods", "va-llm")
+    assert proc.returncode != 0 and "no comparison of ['va-llm']" in proc.stderr and not out.exists()
+    with pytest.raises(InputError, match="no cell record names its training pairs"):
+        (folders[0] / "cells" / "fwet" / "s1" / "record.json").write_text("{}")
+        for row in ("ft-tgtv-random", "in-domain"):
+            (folders[0] / "cells" / row / "s1" / "record.json").write_text("{}")
+        gather([folders[0]])

@@ -1,0 +1,175 @@
+"""Across in-domain sizes: the same rows' verdicts read from several studies' results folders, one per size.
+
+Each folder is a study's report (`seed_comparisons.csv`: every row against each reference, on the test set and on
+the second test set, Holm within the folder, that is within a size and reference) with its committed cells (their
+records give the number of training pairs the fine-tunes read). This puts the verdicts side by side by size and
+draws the two questions a practitioner asks: does initialising the new rows still pay at my size (each method's
+gain over random new rows), and does the pretrained model still pay (Single-Run minus Pretrain-Finetune, that is
+`in-domain` minus `ft-srcv`) and the new vocabulary (`ft-tgtv-random` minus `ft-srcv`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from vocabridge.errors import InputError
+
+REFERENCE = "ft-tgtv-random"  # the gains of initialising: against random new rows
+BASE = "ft-srcv"  # Pretrain-Finetune with the upstream vocabulary
+SCRATCH = "in-domain"  # Single-Run: the same model trained on the in-domain pairs alone
+TEST_SETS = ("test", "dev books")
+COLUMNS = ["size", "folder", "row", "against", "test_set", "seeds", "reference_seeds", "delta", "ci_low", "ci_high",
+           "p_holm", "verdict"]
+
+
+@dataclass
+class Sizes:
+    table: pd.DataFrame  # COLUMNS: one line per folder, row, reference and test set
+    sizes: dict[str, int]  # folder -> training pairs
+
+
+def training_pairs(folder: Path) -> int:
+    """The training pairs the folder's fine-tunes read (the most any committed cell's record names)."""
+    counts = []
+    for path in sorted((folder / "cells").glob("*/s*/record.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        pairs = (data.get("finetune") or {}).get("train_pairs")
+        if pairs:
+            counts.append(int(pairs))
+    if not counts:
+        raise InputError(f"{folder}/cells: no cell record names its training pairs (finetune.train_pairs)")
+    return max(counts)
+
+
+def gather(folders: list[Path]) -> Sizes:
+    """Every folder's comparisons, with the folder's size; sizes must differ."""
+    frames, sizes = [], {}
+    for folder in folders:
+        path = folder / "seed_comparisons.csv"
+        if not path.is_file():
+            raise InputError(f"{path}: no such file (a study's report: `vocabridge results`)")
+        frame = pd.read_csv(path)
+        missing = {"row", "against", "delta", "ci_low", "ci_high", "verdict"} - set(frame.columns)
+        if missing:
+            raise InputError(f"{path}: not a comparisons table (missing {sorted(missing)})")
+        if "test_set" not in frame:  # written before the second test set had lines of its own
+            frame["test_set"] = "test"
+        size = training_pairs(folder)
+        if size in sizes.values():
+            other = next(k for k, v in sizes.items() if v == size)
+            raise InputError(f"{folder}: {size} training pairs, as {other}: one folder a size")
+        sizes[str(folder)] = size
+        frames.append(frame.assign(size=size, folder=str(folder)))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+    table = table.reindex(columns=COLUMNS).sort_values(["size", "against", "row", "test_set"], kind="stable")
+    return Sizes(table.reset_index(drop=True), sizes)
+
+
+def differences(sizes: Sizes, row: str, against: str) -> pd.DataFrame:
+    """One row's difference from a reference at every size and test set (the row's own line, or the reference's
+    against it with the sign turned)."""
+    t = sizes.table
+    own = t[(t["row"] == row) & (t["against"] == against)]
+    turned = t[(t["row"] == against) & (t["against"] == row)]
+    turned = turned.assign(row=row, against=against, delta=-turned["delta"], ci_low=-turned["ci_high"],
+                           ci_high=-turned["ci_low"])
+    both = pd.concat([own, turned[~turned.set_index(["size", "test_set"]).index.isin(
+        own.set_index(["size", "test_set"]).index)]], ignore_index=True)
+    return both.sort_values(["test_set", "size"]).reset_index(drop=True)
+
+
+def _panel(ax, frame: pd.DataFrame, label: str, colour: str, offset: float) -> None:
+    from vocabridge.report import VERDICT_COLOURS
+
+    ax.plot(frame["size"] * (1 + offset), frame["delta"], "-", color=colour, lw=1, alpha=0.7, label=label)
+    for _, line in frame.iterrows():
+        decisive = line["verdict"] in ("decisive", "better", "worse")
+        edge = VERDICT_COLOURS["better" if line["delta"] > 0 else "worse"] if decisive else colour
+        x = line["size"] * (1 + offset)
+        ax.plot([x, x], [line["ci_low"], line["ci_high"]], color=colour, lw=1.5)
+        ax.plot(x, line["delta"], "o", color=colour, mec=edge, mew=2 if decisive else 1,
+                mfc=colour if decisive else "white", ms=6)
+
+
+def plot(sizes: Sizes, series: list[tuple[str, str]], path: Path, title: str) -> bool:
+    """Differences against size (log scale), one panel per test set, one line per (row, reference) of `series`,
+    95% intervals; a filled marker ringed green or red is decisive after Holm within its size. False when none of
+    the series has a figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    found = [(row, ref, d) for row, ref in series if len(d := differences(sizes, row, ref))]
+    if not found:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=120, sharey=True)
+    colours = plt.get_cmap("tab10")
+    for ax, test_set in zip(axes, TEST_SETS, strict=True):
+        for k, (row, ref, frame) in enumerate(found):
+            part = frame[frame["test_set"] == test_set]
+            if len(part):
+                _panel(ax, part, f"{row} - {ref}", colours(k), 0.03 * (k - (len(found) - 1) / 2))
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xscale("log")
+        present = sorted(sizes.sizes.values())
+        ax.set_xticks(present, [f"{s:,}" for s in present])
+        ax.minorticks_off()
+        ax.set_xlabel("in-domain training pairs")
+        ax.set_title(test_set if test_set == "test" else "second test set (dev books)", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("BLEU difference")
+    axes[1].legend(fontsize=7, loc="best")
+    fig.suptitle(f"{title}: 95% intervals over seeds and test books; filled, ringed green/red: decisive after Holm",
+                 fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def markdown(sizes: Sizes, methods: list[str]) -> str:
+    """The verdicts side by side: each method against random new rows, and the two regime questions, by size."""
+    def cell(frame: pd.DataFrame, size: int, test_set: str) -> str:
+        hit = frame[(frame["size"] == size) & (frame["test_set"] == test_set)]
+        if not len(hit):
+            return ""
+        line = hit.iloc[0]
+        return (f"{line['delta']:+.2f} [{line['ci_low']:.2f}, {line['ci_high']:.2f}] {line['verdict']}"
+                + (f" ({int(line['seeds'])} seeds)" if pd.notna(line.get("seeds")) else ""))
+
+    order = sorted(sizes.sizes.items(), key=lambda kv: kv[1])
+    head = "| difference | " + " | ".join(f"{size:,} pairs ({Path(f).name})" for f, size in order) + " |"
+    lines = [head, "|---|" + "---|" * len(order)]
+    series = [(m, REFERENCE) for m in methods] + [(SCRATCH, BASE), (REFERENCE, BASE)]
+    for row, ref in series:
+        frame = differences(sizes, row, ref)
+        for test_set in TEST_SETS:
+            if frame[frame["test_set"] == test_set].empty:
+                continue
+            lines.append(f"| {row} - {ref}, {test_set} | "
+                         + " | ".join(cell(frame, size, test_set) for _, size in order) + " |")
+    return "\n".join(lines)
+
+
+def write(sizes: Sizes, methods: list[str], out: Path) -> list[str]:
+    """sizes.csv, sizes.md and the two figures into `out` (use inside fileio.atomic_dir); returns the files."""
+    out.mkdir(parents=True, exist_ok=True)
+    sizes.table.to_csv(out / "sizes.csv", index=False)
+    written = ["sizes.csv", "sizes.md"]
+    if plot(sizes, [(m, REFERENCE) for m in methods], out / "gains.png", f"Each method's gain over {REFERENCE}"):
+        written.append("gains.png")
+    if plot(sizes, [(SCRATCH, BASE), (REFERENCE, BASE)], out / "regimes.png",
+            f"Single-Run ({SCRATCH}) and the new vocabulary ({REFERENCE}) against Pretrain-Finetune ({BASE})"):
+        written.append("regimes.png")
+    figures = "".join(f"\n\n![{name}]({name})" for name in written if name.endswith(".png"))
+    folders = ", ".join(f"`{f}` ({size:,} pairs)" for f, size in sorted(sizes.sizes.items(), key=lambda kv: kv[1]))
+    (out / "sizes.md").write_text(
+        f"# Across in-domain sizes\n\nFrom {folders}: each folder's verdicts (5 seeds a side, paired where cells pair, "
+        f"Holm within its size and reference), side by side.\n\n{markdown(sizes, methods)}{figures}\n",
+        encoding="utf-8")
+    return written
