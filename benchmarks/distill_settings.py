@@ -11,14 +11,15 @@ the transfer stage does (seed 1, the row knobs given), then distils it under eac
 distillation loss before and after (encoder and decoder terms, on every pair it read), zero-shot greedy dev BLEU
 and dev perplexity on the first `diagnostics.dev_sentences` dev verses, and the seconds it took (at `--threads`;
 name the CPU beside the figures). Epochs 0 is the starting method's model itself. `--pairs N` distils on the first
-N training pairs only. Prints one line per setting; `--csv` rewrites the table after each.
+N training pairs only. Each (align, lr) trains once to the largest of `--epochs` and is measured after each epoch
+the list names (its objective only at the end). Prints one line per measurement; `--csv` rewrites the table after
+each.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import os
 import sys
 import time
@@ -71,25 +72,36 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {args.init_from} ({args.sides}) built in {build_seconds:.1f} s; {cpu['cpu']}, {cpu['capability']}, "
           f"bf16 native {cpu['bf16_native']}, {args.threads} thread(s)", flush=True)
     lines = []
+
+    def measure(model, align: str, lr: float | None, epochs: int, stats: dict, seconds: float) -> None:
+        scores = zero_shot(model, src, tgt, dev_src, dev_ref)
+        line = {"init_from": args.init_from, "sides": args.sides, "align": align, "epochs": epochs, "lr": lr,
+                "pairs": stats.get("pairs"), **{f"loss_before_{k}": v for k, v in stats.get("loss_before", {}).items()},
+                **{f"loss_after_{k}": v for k, v in stats.get("loss_after", {}).items()},
+                "zero_shot_dev_bleu": scores["dev_bleu"], "zero_shot_dev_ppl": scores["dev_perplexity"],
+                "seconds": round(seconds, 1), "threads": args.threads, "cpu": cpu["capability"]}
+        lines.append(line)
+        print(line, flush=True)
+        if args.csv:
+            pd.DataFrame(lines).to_csv(args.csv, index=False)
+
+    if 0 in args.epochs:
+        measure(start, "", None, 0, {}, 0.0)
+    last = max(args.epochs)
     for align in args.align:
-        for epochs in args.epochs:
-            for lr in args.lr:
-                if epochs == 0 and (align, lr) != (args.align[0], args.lr[0]):
-                    continue  # the starting model once
-                model = copy.deepcopy(start)
-                settings = Settings(align=align, epochs=epochs, lr=lr, pairs=args.pairs, seed=1)
-                stats = distill(teacher, old_src, old_tgt, model, src, tgt, *pairs, settings) if epochs else {}
-                scores = zero_shot(model, src, tgt, dev_src, dev_ref)
-                line = {"init_from": args.init_from, "sides": args.sides, "align": align if epochs else "",
-                        "epochs": epochs, "lr": lr if epochs else None, "pairs": stats.get("pairs"),
-                        **{f"loss_before_{k}": v for k, v in stats.get("loss_before", {}).items()},
-                        **{f"loss_after_{k}": v for k, v in stats.get("loss_after", {}).items()},
-                        "zero_shot_dev_bleu": scores["dev_bleu"], "zero_shot_dev_ppl": scores["dev_perplexity"],
-                        "seconds": stats.get("seconds", 0.0), "threads": args.threads, "cpu": cpu["capability"]}
-                lines.append(line)
-                print(dataclasses.asdict(settings) | line, flush=True)
-                if args.csv:
-                    pd.DataFrame(lines).to_csv(args.csv, index=False)
+        for lr in args.lr:
+            if not last:
+                continue
+            model = copy.deepcopy(start)
+            began = time.perf_counter()
+            settings = Settings(align=align, epochs=last, lr=lr, pairs=args.pairs, seed=1)
+
+            def after(epoch: int, model=model, align=align, lr=lr, began=began) -> None:
+                if epoch in args.epochs and epoch != last:  # the last one is measured with its loss after
+                    measure(model, align, lr, epoch, {}, time.perf_counter() - began)
+
+            stats = distill(teacher, old_src, old_tgt, model, src, tgt, *pairs, settings, after_epoch=after)
+            measure(model, align, lr, last, stats, stats["seconds"])
     print(pd.DataFrame(lines).to_string(index=False))
     return 0
 

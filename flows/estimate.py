@@ -37,6 +37,7 @@ from vocabridge.estimate import (
     cached_measure,
     cbow_seconds,
     count_lines,
+    distill_seconds,
     training_seconds,
 )
 from vocabridge.evaluate import heldout_verses
@@ -249,7 +250,14 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
         return start + 4 + (test + upstream + latency) * at(machine.greedy.get(f"{kind}-test", machine.greedy[kind]),
                                                            threads)
     if group == "transfer":
-        return start + 8 + params.diagnostics.dev_sentences * 2 * at(machine.greedy["downstream"], threads)
+        seconds = start + 8 + params.diagnostics.dev_sentences * 2 * at(machine.greedy["downstream"], threads)
+        if method.distills:  # token distillation over the downstream training pairs
+            knobs = knobs_for(row, params.rows)
+            pairs = count_lines(corpora / "downstream" / f"train.{params.lang.src}",
+                                params.prepare.downstream.bible.train_size or 30000)
+            seconds += distill_seconds(machine, min(pairs, knobs.distill_pairs or pairs), knobs.distill_epochs,
+                                       threads, params.finetune.train.batch_tokens)
+        return seconds
     if group == "finetune":
         if not method.finetune:
             return start + 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from stages import _cells as cells
 from stages import _paths as paths
@@ -89,7 +89,8 @@ def cell_record(cell: Cell, stamp: dict, params, metrics: dict, refs: list[str],
 
     train_pairs = stamp["knobs"].get("train_pairs")
     train_pairs = params.finetune.train_pairs if train_pairs is None else train_pairs
-    training = asdict(params.training_for(family, stamp["knobs"].get("max_updates")))  # the row's budget
+    # the row's budget (vocabridge.transfer.finetune_training, from the stamp's knobs) and the cell's seed
+    training = asdict(replace(params.training_for(family, stamp["knobs"].get("max_updates")), seed=cell.seed))
     return {
         "version": VERSION, "study": params.profile, "row": cell.row, "seed": cell.seed, "cell": cell.name,
         "method": stamp["method"], "knobs": stamp["knobs"], "knobs_digest": stamp["knobs_digest"],

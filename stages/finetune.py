@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from stages import _cells as cells
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
         write_json(metrics, {"updates": 0, "best_update": 0, "seed": cell.seed})
         return
     abnet = method.family == "abnet"  # an AB-Net row: its own trainer (and budget: finetune_training)
-    cfg = replace(finetune_training(name, params), seed=cell.seed)
+    cfg = finetune_training(name, params, cell.seed)
     device = use_compute(params.compute)
     if abnet:
         model, src, tgt = load_abnet(init, device)

@@ -51,6 +51,26 @@ def test_words_are_what_both_segmentations_share(it_model):
     assert pooling(groups, 3, "last").tolist() == [[0, 1, 0], [0, 0, 1]]
     assert pooling(groups, 3, "mean").tolist() == [[0.5, 0.5, 0], [0, 0, 1]]
     assert pooling(groups, 3, "last", shift=1).tolist() == [[0, 0, 1]]  # the last label is never read
+    # in a batch padded past its own length, a sequence's last label still has no state (not a padding one)
+    assert pooling(groups, 5, "last", shift=1, limit=3).tolist() == [[0, 0, 1, 0, 0]]
+
+
+def test_every_sentence_of_a_batch_has_its_words_under_both_segmentations(it_model, adapted):
+    from vocabridge.nmt.data import Parallel
+    from vocabridge.nmt.model import load_vocabs
+    from vocabridge.transfer.distill import Pooler
+
+    lines = (["Und Gott sprach", "Im Anfang schuf Gott Himmel und Erde, und es ward Licht"],
+             ["And God said", "In the beginning God created the heaven and the earth, and there was light"])
+    pooled = []
+    for folder in (it_model / "opus-mt", adapted["distill"]):  # the old pieces, then the new
+        src, tgt = load_vocabs(folder)
+        data = Parallel.encode(*lines, src, tgt, max_len=999)
+        pooler = Pooler(data, piece_kinds(src), piece_kinds(tgt), "last")
+        enc, dec = pooler.matrices(np.array([0, 1]), max(map(len, data.src)), max(map(len, data.tgt)))
+        pooled.append(((enc.sum(-1) > 0).sum(1).tolist(), (dec.sum(-1) > 0).sum(1).tolist()))
+    assert pooled[0] == pooled[1]  # as many word states per sentence, whatever the padding
+    assert pooled[0][1] == [len(lines[1][0].split()) + 1, len(lines[1][1].split()) + 1]  # the start state + words
 
 
 def test_the_objective_falls_and_only_the_new_rows_move(adapted, it_model):

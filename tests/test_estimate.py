@@ -161,6 +161,22 @@ def test_the_grid_s_own_stages_are_priced_and_an_unknown_stage_is_an_error(tmp_p
         stage_seconds("evaluate@ft-srcv", params, machine(), 2, tmp_path)
 
 
+def test_a_distill_row_s_transfer_adds_its_passes_over_the_pairs(tmp_path):
+    from vocabridge.estimate import DISTILL_BATCH_COST
+    from vocabridge.transfer.distill import BATCH_TOKENS
+
+    params = grid_params({"ft-tgtv-random": {}, "distill": {"distill_epochs": 2},
+                          "distill-few": {"method": "distill", "distill_epochs": 2, "distill_pairs": 1000}}, [1])
+    plain = stage_seconds("transfer@ft-tgtv-random-1", params, machine(), 1, tmp_path)
+    pairs = params.prepare.downstream.bible.train_size  # no corpus prepared yet: the recipe's count
+    update = machine().train["finetune-downstream"][1] * BATCH_TOKENS / params.finetune.train.batch_tokens
+    batches = pairs * max(TYPICAL_PIECES["downstream"]) / (BATCH_TOKENS * 0.97)
+    assert stage_seconds("transfer@distill-1", params, machine(), 1, tmp_path) - plain == pytest.approx(
+        batches * update * DISTILL_BATCH_COST * (2 + 2 / 3))
+    few = stage_seconds("transfer@distill-few-1", params, machine(), 1, tmp_path) - plain
+    assert few == pytest.approx(batches * update * DISTILL_BATCH_COST * (2 + 2 / 3) * 1000 / pairs)
+
+
 def committed_cell(root: Path, study: str, row: str, seed: int, method: str, updates: int, budget: dict) -> None:
     """A committed cell's record as the evaluate stage writes it, with the fields the estimator reads."""
     import json

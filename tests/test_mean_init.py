@@ -125,7 +125,17 @@ def test_init_map_copies_named_rows_and_diagnostics_list_them(it_model, mean_ada
     diagnostics = json.loads((out / "diagnostics.json").read_text())
     assert diagnostics["decoder"]["init_map"] == {fresh[0]: [old_tgt[0]], fresh[1]: [old_tgt[1], old_tgt[2]]}
     assert diagnostics["encoder"]["init_map"] == {src_fresh: [old_src]}
-    assert MarianTokenizer.from_pretrained(out).convert_tokens_to_ids(fresh[0]) >= 0
+    # the tokenizer a user loads gives the mapped token the row that holds the named one (never the unknown id)
+    tok = MarianTokenizer.from_pretrained(out)
+    row = tok.target_encoder[fresh[0]]
+    assert row != tok.target_encoder["<unk>"]
+    assert torch.equal(model_rows(out)[row], old["decoder"][old_tgt[0]])
+
+
+def model_rows(model_dir) -> torch.Tensor:
+    """The decoder's embedding matrix of a model directory, by id."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, use_safetensors=True)
+    return model.get_decoder().embed_tokens.weight.detach()
 
 
 def test_init_map_errors_name_the_file_line_and_token_and_write_nothing(it_model, mean_adapted, tmp_path):

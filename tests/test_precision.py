@@ -54,6 +54,7 @@ def test_the_probe_runs_once_per_machine(tmp_path, monkeypatch):
     (entry,) = json.loads((tmp_path / "precision.json").read_text()).values()
     assert entry["speedup"] == 1.3
     (tmp_path / "precision.json").write_text("not json")  # a damaged cache is measured again, not an error
+    monkeypatch.setattr(precision, "_DECIDED", {})  # by the next process
     assert precision.cached_cpu_speedup(probe) == 1.3 and len(calls) == 2
 
 
@@ -64,9 +65,22 @@ def test_a_probe_on_a_busy_machine_is_not_kept_but_decides_once_per_process(tmp_
     assert precision.cached_cpu_speedup(lambda: calls.append(1) or 0.9) == 0.9
     assert precision.cached_cpu_speedup(lambda: calls.append(1) or 1.4) == 0.9  # one decision in one process
     assert len(calls) == 1 and not (tmp_path / "precision.json").exists()
-    monkeypatch.setattr(precision, "_BUSY", {})  # the next process measures again
+    monkeypatch.setattr(precision, "_DECIDED", {})  # the next process measures again
     assert precision.cached_cpu_speedup(lambda: calls.append(1) or 1.4) == 1.4
     assert len(calls) == 2 and not (tmp_path / "precision.json").exists()
+
+
+def test_what_another_process_writes_later_never_changes_this_process_s_decision(tmp_path, monkeypatch):
+    """Under load this process measured 0.9 (fp32) and kept it to itself; a stage it started, on a quieter moment,
+    wrote 1.4 (bf16) for the same machine: this process still decides fp32, the next one reads 1.4."""
+    monkeypatch.setenv("VOCABRIDGE_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    assert precision.cached_cpu_speedup(lambda: 0.9) == 0.9
+    key = precision._machine_key()
+    (tmp_path / "precision.json").write_text(json.dumps({key: {"speedup": 1.4, "measured": "later"}}))
+    assert precision.cached_cpu_speedup(lambda: 2.0) == 0.9
+    monkeypatch.setattr(precision, "_DECIDED", {})
+    assert precision.cached_cpu_speedup(lambda: 2.0) == 1.4
 
 
 def test_params_accept_auto_true_false_and_name_a_bad_value():

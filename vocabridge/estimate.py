@@ -537,6 +537,22 @@ def training_seconds(machine: Machine, kind: str, greedy_domain: str, cfg: Train
             + evals * (sentences * at(machine.greedy[greedy_domain], threads) + loss_batches * update / 3))
 
 
+DISTILL_BATCH_COST = 1.0  # a distillation batch against a fine-tune update of as many tokens: the teacher's forward
+#                          pass on its longer pieces, the student's forward and backward with frozen weights
+#                          (benchmarks/distill_settings.py; see distill_seconds)
+
+
+def distill_seconds(machine: Machine, pairs: int, epochs: int, threads: int, finetune_batch_tokens: int) -> float:
+    """Token distillation (`distill` rows' transfer): `epochs` passes over `pairs` downstream pairs in batches of
+    distill.BATCH_TOKENS, each priced as a fine-tune update of its size, and a forward pass over the pairs before
+    and after (about a third of an update a batch)."""
+    from vocabridge.transfer.distill import BATCH_TOKENS
+
+    batches = pairs * max(TYPICAL_PIECES["downstream"]) / (BATCH_TOKENS * BUDGET_FILL)
+    per_batch = at(machine.train["finetune-downstream"], threads) * BATCH_TOKENS / max(finetune_batch_tokens, 1)
+    return batches * per_batch * DISTILL_BATCH_COST * (epochs + 2 / 3)
+
+
 def abnet_training_seconds(machine: Machine, kind: str, cfg: Training, threads: int, dev_sentences: int,
                            timed_batch_tokens: int) -> float:
     """An AB-Net family training run (`abnet_kind`) with its dev decoding at each evaluation; its updates priced

@@ -121,30 +121,31 @@ def _machine_key() -> str:
                      f"threads={torch.get_num_threads()}", isa])
 
 
-_BUSY: dict[tuple[str, str], dict] = {}  # figures taken on a busy CPU: this process's, never the disk's
+_DECIDED: dict[tuple[str, str], dict] = {}  # every figure this process used, by (cache file, key)
 
 
 def cached(name: str, key: str, measure: Callable[[], dict], fresh: bool = False) -> dict:
     """A measurement of this machine, kept under `key` in the cache folder's NAME.json (atomically written).
 
     A figure taken while the load average is above half the cores is never written: other work shared the CPU,
-    so the next process measures again. This process keeps it, though, so that it decides once (a probe taken
-    again under load can answer otherwise, and one run would then mix bf16 and fp32)."""
+    so the next process measures again. Within one process the first figure used stands, whatever the disk says
+    later (another process, a stage this one started, may write its own meanwhile): one process decides once, so
+    one run never mixes bf16 and fp32. `fresh` measures again."""
     path = cache_file().with_name(f"{name}.json")
+    if not fresh and (str(path), key) in _DECIDED:
+        return _DECIDED[str(path), key]
     try:
         cache = json.loads(path.read_text())
         cache = cache if isinstance(cache, dict) else {}
     except (OSError, ValueError):
         cache = {}
     if not fresh and isinstance(cache.get(key), dict):
+        _DECIDED[str(path), key] = cache[key]
         return cache[key]
-    if not fresh and (str(path), key) in _BUSY:
-        return _BUSY[str(path), key]
     busy = (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0) > 0.5 * (os.cpu_count() or 1)
     entry = measure()
-    if busy:
-        _BUSY[str(path), key] = entry
-    else:
+    _DECIDED[str(path), key] = entry
+    if not busy:
         try:
             write_json(path, cache | {key: entry})
         except OSError:

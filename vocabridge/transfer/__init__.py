@@ -335,10 +335,11 @@ def needs(name: str, rows: dict[str, TransferMethod] | None = None) -> frozenset
     return get_method(name, rows).needs | start_method(name, rows).needs
 
 
-def finetune_training(name: str, params) -> Training:
-    """The training config a row's fine-tune runs under (seed aside): its method family's, with the row's own
-    `max_updates` where it sets one."""
-    return params.training_for(get_method(name, params.rows).family, knobs_for(name, params.rows).max_updates)
+def finetune_training(name: str, params, seed: int | None = None) -> Training:
+    """The training config a row's fine-tune runs under: its method family's, with the row's own `max_updates`
+    where it sets one, and with `seed` a cell's (the grid's seed: batch order and dropout)."""
+    training = params.training_for(get_method(name, params.rows).family, knobs_for(name, params.rows).max_updates)
+    return training if seed is None else dataclasses.replace(training, seed=seed)
 
 
 def generator_for(variant: str, sides: str) -> str:

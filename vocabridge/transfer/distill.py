@@ -26,6 +26,7 @@ rows, one pass over the pairs an epoch, batches in a seeded order: the same seed
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,6 +40,7 @@ from vocabridge.transfer.plan import BOUNDARY
 
 BATCH_TOKENS = 3000  # padded tokens of the longer segmentation per batch (the new one is shorter)
 MAX_LEN = 256  # pairs with a side longer than this in either segmentation are left out
+WATCHED_PAIRS = 1000  # the objective before and after is measured on the first pairs used, at most this many
 
 
 class Vocabulary(Protocol):
@@ -103,32 +105,36 @@ class Pooler:
     def __init__(self, data: Parallel, src_kinds: np.ndarray, tgt_kinds: np.ndarray, align: str):
         self.src_groups = [groups_of(ids, src_kinds) for ids in data.src]
         self.tgt_groups = [groups_of(ids, tgt_kinds) for ids in data.tgt]
+        self.tgt_lengths = [len(ids) for ids in data.tgt]
         self.align = align
 
     def matrices(self, idx: np.ndarray, src_len: int, tgt_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         enc = [pooling(self.src_groups[i], src_len, self.align) for i in idx]
         start = [np.array([-1])]  # the start state: position 0 after the shift
-        dec = [pooling(start + self.tgt_groups[i], tgt_len, self.align, shift=1) for i in idx]
+        dec = [pooling(start + self.tgt_groups[i], tgt_len, self.align, shift=1, limit=self.tgt_lengths[i])
+               for i in idx]
         return _stack(enc, src_len), _stack(dec, tgt_len)
 
 
-def pooling(groups: list[np.ndarray], length: int, align: str, shift: int = 0) -> np.ndarray:
-    """(words, length) weights that turn a sequence's states into one state per word; `shift` moves every position
-    (the decoder's state after reading label i sits at i + 1); a word past `length` (the last label, `</s>`, which
-    the decoder never reads) is left out."""
+def pooling(groups: list[np.ndarray], width: int, align: str, shift: int = 0, limit: int | None = None
+            ) -> np.ndarray:
+    """(words, width) weights that turn a sequence's states (padded to `width`) into one state per word; `shift`
+    moves every position (the decoder's state after reading label i sits at i + 1), and positions from `limit` on
+    (the sequence's own length) are left out: the last label, `</s>`, is never read, so its word has no state."""
+    limit = width if limit is None else limit
     rows = []
     for positions in groups:
         positions = positions + shift
-        positions = positions[positions < length]
+        positions = positions[positions < limit]
         if not len(positions):
             continue
-        row = np.zeros(length, dtype=np.float32)
+        row = np.zeros(width, dtype=np.float32)
         if align == "last":
             row[positions[-1]] = 1.0
         else:
             row[positions] = 1.0 / len(positions)
         rows.append(row)
-    return np.stack(rows) if rows else np.zeros((0, length), np.float32)
+    return np.stack(rows) if rows else np.zeros((0, width), np.float32)
 
 
 def _stack(mats: list[np.ndarray], length: int) -> torch.Tensor:
@@ -155,9 +161,11 @@ def states(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
 
 
 def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src: Vocabulary, new_tgt: Vocabulary,
-            src_lines: list[str], tgt_lines: list[str], settings: Settings, name: str = "distill") -> dict:
-    """Fit the student's new rows in place (see the module docstring); returns what it did, with the loss before
-    and after on every pair it used."""
+            src_lines: list[str], tgt_lines: list[str], settings: Settings, name: str = "distill",
+            after_epoch: Callable[[int], None] | None = None) -> dict:
+    """Fit the student's new rows in place (see the module docstring); returns what it did, with the objective
+    before and after on the first WATCHED_PAIRS pairs it used. `after_epoch(k)` is called after each epoch k = 1,
+    2, ... (a benchmark's measurement along the way)."""
     if settings.align not in ("last", "mean"):
         raise InputError(f"{name}: align must be last or mean, got {settings.align!r}")
     if settings.epochs < 0 or settings.lr <= 0 or settings.pairs < 0:
@@ -209,15 +217,17 @@ def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src:
         dec = _mse(q_dec @ s_dec, t_dec, q_dec.sum(-1) > 0)
         return enc + dec, float(enc.detach()), float(dec.detach())
 
+    watched = np.arange(min(len(new), WATCHED_PAIRS))  # the objective before and after, on the same pairs
+
     def evaluate() -> dict[str, float]:
         total = {"encoder": 0.0, "decoder": 0.0}
-        batches = make_batches(new, BATCH_TOKENS, settings.seed, 0)
         with torch.no_grad():
-            for idx in batches:
+            for first in range(0, len(watched), 64):
+                idx = watched[first : first + 64]
                 _, enc, dec = batch_loss(idx)
                 total["encoder"] += enc * len(idx)
                 total["decoder"] += dec * len(idx)
-        return {k: round(v / len(new), 6) for k, v in total.items()}
+        return {k: round(v / len(watched), 6) for k, v in total.items()}
 
     start = time.perf_counter()
     loss_before = evaluate()
@@ -236,6 +246,8 @@ def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src:
                 updates += 1
                 bar.update(1)
                 bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+            if after_epoch is not None:
+                after_epoch(epoch + 1)
     with torch.no_grad():  # exactly the initialiser's rows wherever nothing was to train
         for p, mask in zip(params, masks, strict=True):
             p[~mask] = before[id(p)][~mask]
@@ -246,7 +258,8 @@ def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src:
             "pairs": len(keep), "pairs_given": len(src_lines),
             "pairs_too_long": len(src_lines) - len(short), "pairs_unaligned": len(short) - len(keep),
             "trainable_rows": {side: int(m.sum()) for side, m in _named_masks(student, masks).items()},
-            "loss_before": loss_before, "loss_after": loss_after, "seconds": round(time.perf_counter() - start, 1)}
+            "watched_pairs": len(watched), "loss_before": loss_before, "loss_after": loss_after,
+            "seconds": round(time.perf_counter() - start, 1)}
 
 
 def _subset(data: Parallel, rows: list[int]) -> Parallel:
