@@ -7,13 +7,13 @@
 In a workspace whose `transfer` stage can run (the base model, the downstream vocabularies and CBOW vectors, the
 generators its `init_from` needs: `dvc repro generator cbow`), builds the initial model of `--init-from` exactly as
 the transfer stage does (seed 1, the row knobs given), then distils it under each setting of the grid (`--align` x
-`--epochs` x `--lr`) from that same start, and measures what the transfer stage reports before any fine-tune: the
-distillation loss before and after (encoder and decoder terms, on every pair it read), zero-shot greedy dev BLEU
-and dev perplexity on the first `diagnostics.dev_sentences` dev verses, and the seconds it took (at `--threads`;
-name the CPU beside the figures). Epochs 0 is the starting method's model itself. `--pairs N` distils on the first
-N training pairs only. Each (align, lr) trains once to the largest of `--epochs` and is measured after each epoch
-the list names (its objective only at the end). Prints one line per measurement; `--csv` rewrites the table after
-each.
+`--lr` x `--output`, the output term's weight) from that same start, and measures what the transfer stage reports
+before any fine-tune: the objective before and after (its encoder, decoder and output terms on the first pairs),
+zero-shot greedy dev BLEU and dev perplexity on the first `diagnostics.dev_sentences` dev verses, and the seconds
+it took (at `--threads`; name the CPU beside the figures). Each setting trains once to the largest of `--epochs`
+and is measured after each epoch the list names (its objective only at the end); epochs 0 is the starting
+method's model itself. `--pairs N` distils on the first N training pairs only. Prints one line per measurement;
+`--csv` rewrites the table after each.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--align", nargs="+", default=["last", "mean"])
     parser.add_argument("--epochs", type=int, nargs="+", default=[0, 1, 3])
     parser.add_argument("--lr", type=float, nargs="+", default=[1e-3])
+    parser.add_argument("--output", type=float, nargs="+", default=[1.0], help="weights of the output term")
     parser.add_argument("--pairs", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--csv", type=Path, default=None)
@@ -73,9 +74,11 @@ def main(argv: list[str] | None = None) -> int:
           f"bf16 native {cpu['bf16_native']}, {args.threads} thread(s)", flush=True)
     lines = []
 
-    def measure(model, align: str, lr: float | None, epochs: int, stats: dict, seconds: float) -> None:
+    def measure(model, align: str, lr: float | None, output: float | None, epochs: int, stats: dict,
+                seconds: float) -> None:
         scores = zero_shot(model, src, tgt, dev_src, dev_ref)
         line = {"init_from": args.init_from, "sides": args.sides, "align": align, "epochs": epochs, "lr": lr,
+                "output": output,
                 "pairs": stats.get("pairs"), **{f"loss_before_{k}": v for k, v in stats.get("loss_before", {}).items()},
                 **{f"loss_after_{k}": v for k, v in stats.get("loss_after", {}).items()},
                 "zero_shot_dev_bleu": scores["dev_bleu"], "zero_shot_dev_ppl": scores["dev_perplexity"],
@@ -86,22 +89,23 @@ def main(argv: list[str] | None = None) -> int:
             pd.DataFrame(lines).to_csv(args.csv, index=False)
 
     if 0 in args.epochs:
-        measure(start, "", None, 0, {}, 0.0)
+        measure(start, "", None, None, 0, {}, 0.0)
     last = max(args.epochs)
     for align in args.align:
         for lr in args.lr:
-            if not last:
-                continue
-            model = copy.deepcopy(start)
-            began = time.perf_counter()
-            settings = Settings(align=align, epochs=last, lr=lr, pairs=args.pairs, seed=1)
+            for output in args.output:
+                if not last:
+                    continue
+                model = copy.deepcopy(start)
+                began = time.perf_counter()
+                settings = Settings(align=align, epochs=last, lr=lr, pairs=args.pairs, output=output, seed=1)
 
-            def after(epoch: int, model=model, align=align, lr=lr, began=began) -> None:
-                if epoch in args.epochs and epoch != last:  # the last one is measured with its loss after
-                    measure(model, align, lr, epoch, {}, time.perf_counter() - began)
+                def after(epoch: int, model=model, align=align, lr=lr, output=output, began=began) -> None:
+                    if epoch in args.epochs and epoch != last:  # the last one is measured with its objective
+                        measure(model, align, lr, output, epoch, {}, time.perf_counter() - began)
 
-            stats = distill(teacher, old_src, old_tgt, model, src, tgt, *pairs, settings, after_epoch=after)
-            measure(model, align, lr, last, stats, stats["seconds"])
+                stats = distill(teacher, old_src, old_tgt, model, src, tgt, *pairs, settings, after_epoch=after)
+                measure(model, align, lr, output, last, stats, stats["seconds"])
     print(pd.DataFrame(lines).to_string(index=False))
     return 0
 

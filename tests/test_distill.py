@@ -24,11 +24,12 @@ def _adapt(root: Path, out: Path, method: str, *args: str):
 def adapted(it_model, tmp_path_factory) -> dict[str, Path]:
     """The tiny IT model adapted to the verses with random new rows, and the same rows distilled (seed 1, twice)."""
     out = tmp_path_factory.mktemp("distill")
-    made = {"random": out / "random", "distill": out / "distill", "again": out / "again"}
+    made = {"random": out / "random", "distill": out / "distill", "again": out / "again", "states": out / "states"}
     distill = ("--init-from", "random", "--distill-epochs", "8", "--distill-lr", "0.01")
     for name, folder in made.items():
+        extra = () if name == "states" else ("--distill-output", "1")  # the default: hidden states only
         proc = _adapt(it_model, folder, "ft-tgtv-random") if name == "random" else \
-            _adapt(it_model, folder, "distill", *distill)
+            _adapt(it_model, folder, "distill", *distill, *extra)
         assert proc.returncode == 0, proc.stderr[-2000:]
     return made
 
@@ -77,8 +78,15 @@ def test_the_objective_falls_and_only_the_new_rows_move(adapted, it_model):
     diagnostics = json.loads((adapted["distill"] / "diagnostics.json").read_text())
     stats = diagnostics["distill"]
     assert diagnostics["init_from"] == "ft-tgtv-random" and stats["pairs"] == stats["pairs_given"] == 90
-    for side in ("encoder", "decoder"):  # on every pair it used, both terms
-        assert stats["loss_after"][side] < 0.9 * stats["loss_before"][side], stats
+    def objective(loss: dict) -> float:
+        return loss["encoder"] + loss["decoder"] + stats["output"] * loss["output"]
+
+    assert stats["output"] == 1.0 and objective(stats["loss_after"]) < 0.9 * objective(stats["loss_before"]), stats
+    assert stats["loss_after"]["output"] < stats["loss_before"]["output"]  # the words' probabilities, as the teacher's
+    states = json.loads((adapted["states"] / "diagnostics.json").read_text())["distill"]
+    assert states["output"] == 0 and "output" not in states["loss_after"]  # hidden states only
+    for side in ("encoder", "decoder"):  # both terms fall
+        assert states["loss_after"][side] < 0.9 * states["loss_before"][side], states
     start, distilled = load_file(adapted["random"] / "model.safetensors"), \
         load_file(adapted["distill"] / "model.safetensors")
     new_tokens = {}
@@ -126,6 +134,6 @@ def test_the_pretrained_model_against_itself_has_nothing_to_learn(it_model):
     teacher, src, tgt = load_model(it_model / "opus-mt")
     student, _, _ = load_model(it_model / "opus-mt")
     stats = distill(teacher, src, tgt, student, src, tgt, ["Datei öffnen", "Datei"], ["Open file", "File"],
-                    Settings(epochs=1))
+                    Settings(epochs=1, output=1.0))
     assert stats["pairs"] == 2 and stats["trainable_rows"] == {"encoder": 0, "decoder": 0}
-    assert stats["loss_before"] == stats["loss_after"] == {"encoder": 0.0, "decoder": 0.0}  # the same model
+    assert stats["loss_before"] == stats["loss_after"] == {"encoder": 0.0, "decoder": 0.0, "output": 0.0}

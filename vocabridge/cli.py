@@ -95,7 +95,7 @@ def adapt(args: argparse.Namespace) -> dict:
     rows = {args.method: TransferMethod(
         sides=args.sides, shared=args.shared, k=args.k, reg=args.reg, extend=args.extend, init_from=args.init_from,
         align=args.align, distill_epochs=args.distill_epochs, distill_lr=args.distill_lr,
-        distill_pairs=args.distill_pairs)}
+        distill_pairs=args.distill_pairs, distill_output=args.distill_output)}
     method, start, uses = get_method(args.method), start_method(args.method, rows), needs(args.method, rows)
     knobs = knobs_for(args.method, rows)
     pairs = distill_pairs(args) if "pairs" in uses else None  # a text that is not parallel fails before training
@@ -597,10 +597,13 @@ def main(argv: list[str]) -> None:
                       help="the method whose rows the distillation starts from (default random: ft-tgtv-random)")
     dist.add_argument("--align", choices=("last", "mean"), default=None,
                       help="a word's state: its last piece's, or the mean over its pieces (default last)")
-    dist.add_argument("--distill-epochs", type=int, default=None, help="passes over the pairs (default 3)")
+    dist.add_argument("--distill-epochs", type=int, default=None, help="passes over the pairs (default 1)")
     dist.add_argument("--distill-lr", type=float, default=None, help="Adam's learning rate (default 0.001)")
     dist.add_argument("--distill-pairs", type=int, default=None,
                       help="the first N pairs only (default 0: all)")
+    dist.add_argument("--distill-output", type=float, default=None,
+                      help="weight of an output term: each target word's log-probability matched to the model's "
+                           "own (default 0: hidden states only)")
     add_lang_flags(dist)
     ad.add_argument("--vocab-size", type=int, default=SpmModel().vocab_size,
                     help="SentencePiece vocabulary size per language, at most (default %(default)s)")

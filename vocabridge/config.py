@@ -270,6 +270,8 @@ class TransferMethod:
     distill_epochs: int | None = None  # distill: passes over the downstream training pairs
     distill_lr: float | None = None  # distill: Adam's learning rate on the new rows
     distill_pairs: int | None = None  # distill: the first N downstream training pairs; 0: all
+    distill_output: float | None = None  # distill: weight of an output term (each target word's log-probability
+    #                                      matched to the pretrained model's); 0 (default): hidden states only
 
 
 @dataclass

@@ -58,9 +58,10 @@ class Vocabulary(Protocol):
 @dataclass
 class Settings:
     align: str = "last"  # last | mean: a word's state is its last piece's, or the mean over its pieces
-    epochs: int = 3
+    epochs: int = 1
     lr: float = 1e-3
     pairs: int = 0  # the first N pairs of the text; 0: all
+    output: float = 0.0  # weight of the output term: each target word's log-probability matched to the teacher's
     seed: int = 1
 
 
@@ -107,6 +108,17 @@ class Pooler:
         self.tgt_groups = [groups_of(ids, tgt_kinds) for ids in data.tgt]
         self.tgt_lengths = [len(ids) for ids in data.tgt]
         self.align = align
+
+    def word_sums(self, idx: np.ndarray, tgt_len: int) -> torch.Tensor:
+        """(batch, words, tgt_len) ones over each target word's labels: a word's log-probability is the sum of its
+        pieces' (`</s>` and a language code are words of their own)."""
+        sums = []
+        for i in idx:
+            rows = np.zeros((len(self.tgt_groups[i]), tgt_len), dtype=np.float32)
+            for w, positions in enumerate(self.tgt_groups[i]):
+                rows[w, positions] = 1.0
+            sums.append(rows)
+        return _stack(sums, tgt_len)
 
     def matrices(self, idx: np.ndarray, src_len: int, tgt_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         enc = [pooling(self.src_groups[i], src_len, self.align) for i in idx]
@@ -160,6 +172,18 @@ def states(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.T
     return encoder.last_hidden_state, decoder.last_hidden_state
 
 
+def label_logprobs(model, decoder_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(batch, length) log-probability the model gives each label (0 on padding): its output layer, and Marian's
+    final_logits_bias, over the decoder's states."""
+    logits = model.get_output_embeddings()(decoder_states)
+    bias = getattr(model, "final_logits_bias", None)
+    if bias is not None:
+        logits = logits + bias
+    keep = labels != -100
+    picked = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    return picked * keep
+
+
 def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src: Vocabulary, new_tgt: Vocabulary,
             src_lines: list[str], tgt_lines: list[str], settings: Settings, name: str = "distill",
             after_epoch: Callable[[int], None] | None = None) -> dict:
@@ -168,8 +192,8 @@ def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src:
     2, ... (a benchmark's measurement along the way)."""
     if settings.align not in ("last", "mean"):
         raise InputError(f"{name}: align must be last or mean, got {settings.align!r}")
-    if settings.epochs < 0 or settings.lr <= 0 or settings.pairs < 0:
-        raise InputError(f"{name}: epochs >= 0, lr > 0 and pairs >= 0 (0: all), got {settings}")
+    if settings.epochs < 0 or settings.lr <= 0 or settings.pairs < 0 or settings.output < 0:
+        raise InputError(f"{name}: epochs >= 0, lr > 0, pairs >= 0 (0: all) and output >= 0, got {settings}")
     if len(src_lines) != len(tgt_lines):
         raise InputError(f"{name}: the source text has {len(src_lines)} lines, the target text {len(tgt_lines)}: "
                          f"token distillation reads parallel text, line by line")
@@ -204,29 +228,36 @@ def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src:
     for p in params:
         p.requires_grad_(True)
 
-    def batch_loss(idx: np.ndarray) -> tuple[torch.Tensor, float, float]:
+    def batch_loss(idx: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
         t_batch = collate(old, idx, old_src.pad_id, old_tgt.pad_id, teacher.config.decoder_start_token_id)
         s_batch = collate(new, idx, new_src.pad_id, new_tgt.pad_id, student.config.decoder_start_token_id)
         with torch.no_grad():
-            t_enc, t_dec = states(teacher, t_batch)
-            p_enc, p_dec = pool_old.matrices(idx, t_enc.shape[1], t_dec.shape[1])
-            t_enc, t_dec = p_enc @ t_enc, p_dec @ t_dec
-        s_enc, s_dec = states(student, s_batch)
-        q_enc, q_dec = pool_new.matrices(idx, s_enc.shape[1], s_dec.shape[1])
-        enc = _mse(q_enc @ s_enc, t_enc, q_enc.sum(-1) > 0)
-        dec = _mse(q_dec @ s_dec, t_dec, q_dec.sum(-1) > 0)
-        return enc + dec, float(enc.detach()), float(dec.detach())
+            t_enc, t_dec_states = states(teacher, t_batch)
+            p_enc, p_dec = pool_old.matrices(idx, t_enc.shape[1], t_dec_states.shape[1])
+            t_enc, t_dec = p_enc @ t_enc, p_dec @ t_dec_states
+        s_enc, s_dec_states = states(student, s_batch)
+        q_enc, q_dec = pool_new.matrices(idx, s_enc.shape[1], s_dec_states.shape[1])
+        terms = {"encoder": _mse(q_enc @ s_enc, t_enc, q_enc.sum(-1) > 0),
+                 "decoder": _mse(q_dec @ s_dec_states, t_dec, q_dec.sum(-1) > 0)}
+        if settings.output:
+            with torch.no_grad():
+                t_words = pool_old.word_sums(idx, t_batch["labels"].shape[1]) @ label_logprobs(
+                    teacher, t_dec_states, t_batch["labels"]).unsqueeze(-1)
+            sums = pool_new.word_sums(idx, s_batch["labels"].shape[1])
+            s_words = sums @ label_logprobs(student, s_dec_states, s_batch["labels"]).unsqueeze(-1)
+            terms["output"] = _mse(s_words, t_words, sums.sum(-1) > 0)
+        loss = terms["encoder"] + terms["decoder"] + settings.output * terms.get("output", 0.0)
+        return loss, {k: float(v.detach()) for k, v in terms.items()}
 
     watched = np.arange(min(len(new), WATCHED_PAIRS))  # the objective before and after, on the same pairs
 
     def evaluate() -> dict[str, float]:
-        total = {"encoder": 0.0, "decoder": 0.0}
+        total: dict[str, float] = {}
         with torch.no_grad():
             for first in range(0, len(watched), 64):
                 idx = watched[first : first + 64]
-                _, enc, dec = batch_loss(idx)
-                total["encoder"] += enc * len(idx)
-                total["decoder"] += dec * len(idx)
+                for k, v in batch_loss(idx)[1].items():
+                    total[k] = total.get(k, 0.0) + v * len(idx)
         return {k: round(v / len(watched), 6) for k, v in total.items()}
 
     start = time.perf_counter()
@@ -238,7 +269,7 @@ def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src:
         for epoch in range(settings.epochs):
             for idx in make_batches(new, BATCH_TOKENS, settings.seed, epoch):
                 optimizer.zero_grad(set_to_none=True)
-                loss, _, _ = batch_loss(idx)
+                loss, _ = batch_loss(idx)
                 loss.backward()
                 for p, mask in zip(params, masks, strict=True):
                     p.grad[~mask] = 0.0
@@ -254,7 +285,8 @@ def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src:
     loss_after = evaluate()
     for p in [*frozen, *params]:
         p.requires_grad_(True)
-    return {"align": settings.align, "epochs": settings.epochs, "lr": settings.lr, "updates": updates,
+    return {"align": settings.align, "epochs": settings.epochs, "lr": settings.lr, "output": settings.output,
+            "updates": updates,
             "pairs": len(keep), "pairs_given": len(src_lines),
             "pairs_too_long": len(src_lines) - len(short), "pairs_unaligned": len(short) - len(keep),
             "trainable_rows": {side: int(m.sum()) for side, m in _named_masks(student, masks).items()},

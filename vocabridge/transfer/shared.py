@@ -107,6 +107,6 @@ def distill_shared(model: M2M100ForConditionalGeneration, new: SharedVocab, pret
 
     teacher, old = load_model(pretrained)
     settings = Settings(align=knobs.align, epochs=knobs.distill_epochs, lr=knobs.distill_lr,
-                        pairs=knobs.distill_pairs, seed=seed)
+                        pairs=knobs.distill_pairs, output=knobs.distill_output, seed=seed)
     return distill(teacher, old.for_lang(src_lang, pretrained), old.for_lang(tgt_lang, pretrained), model,
                    new.for_lang(src_lang, pretrained), new.for_lang(tgt_lang, pretrained), *pairs, settings)
