@@ -350,14 +350,17 @@ def differences_plot(comparisons: pd.DataFrame, path: Path) -> bool:
 
     if comparisons is None or not len(comparisons):
         return False
-    frame = comparisons.copy()
+    frame = comparisons.rename(columns={"group": "row"})  # reports before the grid called a row a group
     if "test_set" not in frame:  # a report written before the second test set's lines were added
         frame["test_set"] = "test"
     refs = list(dict.fromkeys(frame["against"]))
     height = max(2.2, 0.32 * max(frame.groupby("against")["row"].nunique()) + 1.2)
-    fig, axes = plt.subplots(1, len(refs), figsize=(4.2 * len(refs), height), dpi=120, squeeze=False,
-                             sharey=False)
-    for ax, ref in zip(axes[0], refs, strict=True):
+    columns = min(3, len(refs))
+    lines = -(-len(refs) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(4.4 * columns, height * lines), dpi=120, squeeze=False)
+    for ax in axes.flat[len(refs):]:
+        ax.set_visible(False)
+    for ax, ref in zip(axes.flat, refs, strict=False):
         part = frame[frame["against"] == ref]
         rows = list(dict.fromkeys(part["row"]))
         for offset, (test_set, filled) in zip((-0.15, 0.15), (("test", True), (DEV_SET, False)), strict=True):
