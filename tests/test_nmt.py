@@ -285,8 +285,9 @@ def test_checkpoint_of_another_layout_or_configuration_is_removed_not_resumed(tm
     assert load_checkpoint(tmp_path / "ckpt", {"a": 1}, fresh, fresh_opt, "cpu") is None  # an older layout
 
 
-def test_a_dev_bleu_tie_selects_the_later_update_not_the_untrained_start(tmp_path, vocabs, data, monkeypatch):
-    """An untrained and a trained model both scoring 0.0 must export the trained one."""
+def test_a_dev_bleu_tie_is_a_gain_the_later_update_and_patience_afresh(tmp_path, vocabs, data, monkeypatch):
+    """An untrained and a trained model both scoring 0.0 must export the trained one; and a tie, the one rule for
+    selection and patience alike (training.gained), does not count against patience: the run goes on."""
     import vocabridge.nmt.train as train
 
     monkeypatch.setattr(train, "dev_bleu", lambda *args, **kwargs: 0.0)
@@ -296,20 +297,21 @@ def test_a_dev_bleu_tie_selects_the_later_update_not_the_untrained_start(tmp_pat
     trainer = Trainer(model, *vocabs, data, (DE[:10], EN[:10]), cfg, tmp_path / "ckpt", {"t": 1}, "tie")
     state = trainer.train()
     assert [row["step"] for row in state.dev_log] == [0, 6, 12] and state.best_step == 12
-    assert state.stopped.startswith("early stop")  # ties still count against patience
+    assert state.stopped == "max_updates reached"  # patience 2 never ran out: every tie was a gain
+    assert state.ending() == {"stopped_by": "cap", "best_at_end": True}  # what the cell's record says
     trainer.load_best()
     assert any(not torch.equal(start[k], v) for k, v in model.state_dict().items())
 
 
 def test_patience_on_both_goes_on_while_the_dev_loss_falls_and_takes_over_a_run_stopped_by_bleu_alone(
         tmp_path, vocabs, data, monkeypatch):
-    """A flat dev BLEU stops a run at its first tie under BLEU's patience; with `patience_on: both` a dev loss
-    below every earlier one is a gain too. The checkpoint of the run that BLEU stopped goes on under `both` exactly
+    """A falling dev BLEU stops a run at its first evaluation without a gain under BLEU's patience; with
+    `patience_on: both` a dev loss below every earlier one is a gain too. The checkpoint of the run that BLEU stopped goes on under `both` exactly
     as a run under `both` from the start (the stop is replayed from the dev log); a checkpoint past the stop that
     BLEU's patience would have made starts afresh."""
     import vocabridge.nmt.train as train
 
-    monkeypatch.setattr(train, "dev_bleu", lambda *args, **kwargs: 0.0)
+    monkeypatch.setattr(train.Trainer, "_dev_bleu", lambda self: 10.0 - self.state.step)  # falls with training
 
     def run(cfg, name, seed=1):
         model = build_model(ARCH, *vocabs, seed=seed)

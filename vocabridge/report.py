@@ -736,14 +736,14 @@ def cell_line(record: CellRecord, curve: pd.DataFrame, threshold: float | None, 
     zero, machine, upstream = data.get("transfer") or {}, data.get("machine") or {}, data.get("upstream") or {}
     vocab = metrics.get("vocab_size") or {}
     updates, best = tuning.get("updates"), tuning.get("best_update")
-    early_stop = str(tuning.get("stopped", "")).startswith("early stop")
     budget = ((data.get("params") or {}).get("finetune") or {}).get("max_updates") or 0  # the row's budget
+    # training.LoopState.ending's figures; an older record's from its updates (the same definitions)
+    best_at_end = tuning.get("best_at_end", bool(updates) and best == updates)
+    stopped_by = tuning.get("stopped_by", "cap" if updates and updates >= budget else None)
     return {"row": record.row, "seed": record.seed, "cell": record.cell.name, "method": data.get("method"),
             "bleu": metrics.get("bleu"), "chrf": metrics.get("chrf"), "ter": metrics.get("ter"),
             "upstream_bleu": (metrics.get("upstream") or {}).get("bleu"), "updates": updates, "best_update": best,
-            # a tie at an early stop keeps the later checkpoint (training.py): that one has converged
-            "best_at_end": bool(updates) and best == updates and not early_stop,
-            "budget_stop": bool(updates) and updates >= budget,
+            "best_at_end": bool(best_at_end), "budget_stop": stopped_by == "cap",
             "trained_parameters": tuning.get("trainable_parameters"), "train_seconds": tuning.get("train_seconds"),
             "device": tuning.get("device"), "threads": tuning.get("threads"), "precision": tuning.get("precision"),
             **curve_summary(curve, threshold),
@@ -1059,8 +1059,9 @@ def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests,
     parts.append(
         "## One line per grid row\n\nMean test BLEU over the row's seeds with its 95% interval; best_update: "
         "updates to the best checkpoint (mean over seeds), best_at_end: cells whose best checkpoint is their last "
-        "and that no early stop ended (the fine-tune may not have converged), budget_stops: cells that ran all of "
-        "their row's max_updates (early stopping did not end them: whether they converged is not known), updates: "
+        "update (the fine-tune may not have converged; a tie counts as a gain, so an early stop never ends on its "
+        "best), budget_stops: cells that ran all of their row's max_updates (early stopping did not end them: "
+        "whether they converged is not known), updates: "
         "updates run (mean); "
         "upstream_bleu: test BLEU on the "
         "upstream domain (forgetting); heldout_dev_bleu: mean BLEU on the second test set (over the cells that "

@@ -65,6 +65,20 @@ class LoopState:
     bad_evals: int = 0
     stopped: str = ""
 
+    def ending(self) -> dict:
+        """How the run ended, as a cell's record says it: `stopped_by` patience (an early stop) or cap (max_updates),
+        and `best_at_end`, whether the best checkpoint is the last update (a run stopped by the cap there has not
+        converged; under `gained`'s rule an early stop never ends on its best)."""
+        by = "patience" if self.stopped.startswith("early stop") else \
+            "cap" if self.stopped.startswith("max_updates") else self.stopped or None
+        return {"stopped_by": by, "best_at_end": self.step > 0 and self.best_step == self.step}
+
+
+def gained(score: float, best: float) -> bool:
+    """The one rule for a dev evaluation: a score at least as good as every earlier one is a gain, a tie too. The
+    best checkpoint moves to it (more training, never the untouched start) and patience starts again."""
+    return score >= best
+
 
 @dataclass
 class Loss:
@@ -224,8 +238,8 @@ class TrainLoop:
             return
         best = self.best_score()
         replayed = self.replay(vars(st))  # one rule for a run and its resume: the family's, over its whole log
-        st.bad_evals = replayed[0] if replayed is not None else 0 if score > best else st.bad_evals + 1
-        if score >= best:  # a tie goes to the later update: more training, never the untouched start
+        st.bad_evals = replayed[0] if replayed is not None else 0 if gained(score, best) else st.bad_evals + 1
+        if gained(score, best):
             st.best_step = st.step
             self.improved()
             self.save("best")

@@ -243,6 +243,7 @@ def fit(model: M2M100ForConditionalGeneration, src: SharedVocab, tgt: SharedVoca
     return state, {
         "updates": state.step, "best_update": state.best_step, "best_dev_bleu": state.best_bleu,
         "best_dev_loss": state.best_loss, "selected_by": f"dev {cfg.select_by}", "stopped": state.stopped,
+        **state.ending(),
         "train_pairs": len(data), "target_tokens_seen": state.target_tokens, "train_seconds": round(state.seconds, 1),
         "padding_share": round(padding_share(data, make_batches(data, cfg.batch_tokens, cfg.seed, 0)), 4),
         "bf16": trainer.bf16, "device": str(trainer.device), "threads": torch.get_num_threads()}

@@ -29,7 +29,7 @@ from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import resolve_bf16, usable_cores
 from vocabridge.nmt.translate import translate
 from vocabridge.nmt.vocab import Vocab, domain_tag
-from vocabridge.training import Cadence, LoopState, Loss, TrainingError, TrainLoop
+from vocabridge.training import Cadence, LoopState, Loss, TrainingError, TrainLoop, gained
 
 if TYPE_CHECKING:  # every stage imports this module for use_compute: transformers and pandas wait until used
     from transformers.models.marian.modeling_marian import MarianMTModel
@@ -210,13 +210,13 @@ class Trainer(TrainLoop):
         return -self.state.best_loss if self.cfg.select_by == "loss" else self.state.best_bleu
 
     def replay(self, state: dict) -> tuple[int, int | None]:
-        """A gain is a selection figure above every earlier one or, with `patience_on: both`, a dev loss below
-        every earlier one."""
+        """A gain is a selection figure at least as good as every earlier one (training.gained) or, with
+        `patience_on: both`, a dev loss below every earlier one."""
         best, lowest, bad = -math.inf, math.inf, 0
         for row in state.get("dev_log") or []:
             score = -row["dev_loss"] if self.cfg.select_by == "loss" else row["dev_bleu"]
-            gained = score > best or (self.cfg.patience_on == "both" and row["dev_loss"] < lowest)
-            bad = 0 if gained else bad + 1
+            better_loss = self.cfg.patience_on == "both" and row["dev_loss"] < lowest
+            bad = 0 if gained(score, best) or better_loss else bad + 1
             best, lowest = max(best, score), min(lowest, row["dev_loss"])
             if self.cfg.patience and bad >= self.cfg.patience:
                 return bad, row["step"]
@@ -279,7 +279,8 @@ def fit(model: MarianMTModel, src: Vocab, tgt: Vocab, corpus: Path, lang, cfg, c
     summary = {
         "updates": state.step, "best_update": state.best_step, "best_dev_bleu": state.best_bleu,
         "best_dev_loss": state.best_loss, "selected_by": f"dev {cfg.select_by}",
-        "stopped": state.stopped, "train_pairs": len(data), "target_tokens_seen": state.target_tokens,
+        "stopped": state.stopped, **state.ending(), "train_pairs": len(data),
+        "target_tokens_seen": state.target_tokens,
         "train_seconds": round(state.seconds, 1),
         **{key: round(getattr(state, key), 1) for key in ("dev_bleu_seconds", "dev_loss_seconds",
                                                           "checkpoint_seconds")},

@@ -233,6 +233,7 @@ def fit_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, target_t
     summary = {
         "updates": state.step, "best_update": state.best_step, "best_dev_bleu": state.best_bleu,
         "best_dev_loss": state.best_loss, "selected_by": f"dev {cfg.select_by}", "stopped": state.stopped,
+        **state.ending(),
         "train_pairs": len(data), "target_tokens_seen": state.target_tokens, "train_seconds": round(state.seconds, 1),
         "target_tokens_per_s": round(state.target_tokens / max(state.seconds, 1e-9), 1),
         "trainable_parameters": trainable, "parameters": sum(p.numel() for p in model.parameters()),
