@@ -83,6 +83,20 @@ def test_a_rows_seeds_are_summed_up_and_compared_over_seeds():
     assert list(both["test_set"]) == ["test"] * 4 + ["dev books"]  # the test set's lines first, as before
 
 
+def test_holm_corrects_the_exact_p_values_not_the_rounded_ones():
+    """0.01666 x 3 = 0.04998 is decisive at 5%; the same p rounded to 0.0167 first would give 0.0501."""
+    from vocabridge.report import seed_comparisons_table
+    from vocabridge.significance import Comparison
+
+    close = Comparison(delta=1.0, ci_low=0.2, ci_high=1.8, p_value=0.0167, p_exact=0.01666, seeds=5, reference_seeds=5,
+                       std_error=0.4, seed_std=0.3, reference_seed_std=0.3, sentence_variance=0.01, form="paired")
+    far = dataclasses.replace(close, delta=0.1, ci_low=-0.5, ci_high=0.7, p_value=0.7, p_exact=0.7)
+    table = seed_comparisons_table({"r": {"a": close, "b": far, "c": far}}, 0.5).set_index("row")
+    assert table.loc["a", "p_holm"] == 0.05 and table.loc["a", "verdict"] == "decisive"
+    rounded = seed_comparisons_table({"r": {"a": dataclasses.replace(close, p_exact=None), "b": far, "c": far}}, 0.5)
+    assert rounded.set_index("row").loc["a", "verdict"] == "not decisive after Holm"
+
+
 def test_the_differences_plot_draws_what_the_verdicts_judge(tmp_path):
     from vocabridge.report import differences_plot
 
@@ -112,8 +126,11 @@ def test_a_cells_figures_and_a_verdict_in_one_table_cell(tmp_path):
     curve = pd.DataFrame({"step": [0, 200, 400], "dev_bleu": [0.0, 4.0, 8.0]})
     line = cell_line(record, curve, 4.0, 0.1)
     assert line["cell"] == "va-llm-3" and line["best_at_end"] and line["updates_to_threshold"] == 200
-    record.data["finetune"]["stopped"] = "early stop: no dev BLEU gain in 3 evaluations"  # a tie kept the last one
-    assert not cell_line(record, curve, 4.0, 0.1)["best_at_end"]
+    # one rule: the best checkpoint is the last update (an older record early-stopped on a tie says so too)
+    record.data["finetune"]["stopped"] = "early stop: no dev BLEU gain in 3 evaluations"
+    assert cell_line(record, curve, 4.0, 0.1)["best_at_end"]
+    record.data["finetune"] |= {"best_update": 200, "best_at_end": False, "stopped_by": "cap"}  # a record says both
+    assert not cell_line(record, curve, 4.0, 0.1)["best_at_end"] and cell_line(record, curve, 4.0, 0.1)["budget_stop"]
     assert line["upstream_bleu"] == 20.0 and line["upstream_sha256"] == "ab" * 32 and line["chrf"] is None
     c = Comparison(delta=1.25, ci_low=0.5, ci_high=2.0, p_value=0.001, seeds=5, reference_seeds=5, std_error=0.3,
                    seed_std=0.5, reference_seed_std=0.5, sentence_variance=0.01, form="unpaired")

@@ -596,7 +596,7 @@ def seed_comparisons_table(tests: dict[str, dict[str, Comparison]], target: floa
     rows = []
     for test_set, family in (("test", tests), (DEV_SET, dev_tests or {})):
         for ref, results in family.items():
-            adjusted = holm([c.p_value for c in results.values()])[0]
+            adjusted = holm([c.p for c in results.values()])[0]
             for (label, c), p_holm in zip(results.items(), adjusted, strict=True):
                 at_5 = c.detectable_with(5)
                 rows.append({"row": label, "against": ref, "seeds": c.seeds, "reference_seeds": c.reference_seeds,
@@ -662,7 +662,7 @@ def ordering_verdicts(paper: PaperTable, compare: Callable[[str, str], Compariso
 
     def family(index: int) -> dict[int, float]:
         tested = [(i, line[index]) for i, line in enumerate(found) if line[index] is not None and not line[4]]
-        adjusted = holm([c.p_value for _, c in tested])[0]
+        adjusted = holm([c.p for _, c in tested])[0]
         return {i: round(p, 4) for (i, _), p in zip(tested, adjusted, strict=True)}
 
     def said(c: Comparison | None, p_holm: float | None, differ: bool, missing: str) -> str:
@@ -903,7 +903,7 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
                  for ref, found in tests.items()}
     crossed = {ref: {row: (over(row, match), dev_over(row, match)) for row, match in matched.items()
                      if row not in tests[ref]} for ref, matched in against.items()}
-    p_holm, p_holm_dev = ({ref: dict(zip(found, holm([c.p_value for c in found.values()])[0], strict=True))
+    p_holm, p_holm_dev = ({ref: dict(zip(found, holm([c.p for c in found.values()])[0], strict=True))
                            for ref, found in family.items()} for family in (tests, dev_tests))
 
     summary, lines = [], []

@@ -64,6 +64,12 @@ class Comparison:
     sentence_df: float | None = None  # of the test set's variance: effective clusters less one
     clusters: int | None = None  # units the test set was drawn in: sentences, or books (chapters)
     difference_std: float | None = None  # paired: the spread of the per-seed differences
+    p_exact: float | None = None  # p before rounding: Holm's correction runs on it (None: p_value is exact)
+
+    @property
+    def p(self) -> float:
+        """The unrounded p where known, for corrections over a family (rounding first could tip Holm's steps)."""
+        return self.p_value if self.p_exact is None else self.p_exact
 
     @property
     def one_seed(self) -> bool:
@@ -317,7 +323,7 @@ def compare_statistics(method: np.ndarray, reference: np.ndarray, *,
         reference_seed_std=float(full_r.std(ddof=1)) if len(full_r) > 1 else None,
         sentence_variance=sent_var, form="paired" if pairs is not None else "unpaired",
         df=None if math.isinf(got.df) else got.df, sentence_df=sent_df, clusters=units,
-        difference_std=float((full_m - full_r).std(ddof=1)) if paired else None)
+        difference_std=float((full_m - full_r).std(ddof=1)) if paired else None, p_exact=got.p_value)
 
 
 def _check(method: list[list[str]], reference: list[list[str]], refs: list[str]) -> None:
