@@ -306,9 +306,9 @@ def test_a_dev_bleu_tie_is_a_gain_the_later_update_and_patience_afresh(tmp_path,
 def test_patience_on_both_goes_on_while_the_dev_loss_falls_and_takes_over_a_run_stopped_by_bleu_alone(
         tmp_path, vocabs, data, monkeypatch):
     """A falling dev BLEU stops a run at its first evaluation without a gain under BLEU's patience; with
-    `patience_on: both` a dev loss below every earlier one is a gain too. The checkpoint of the run that BLEU stopped goes on under `both` exactly
-    as a run under `both` from the start (the stop is replayed from the dev log); a checkpoint past the stop that
-    BLEU's patience would have made starts afresh."""
+    `patience_on: both` a dev loss below every earlier one is a gain too. The checkpoint of the run that BLEU
+    stopped goes on under `both` exactly as a run under `both` from the start (the stop is replayed from the dev
+    log); a checkpoint past the stop that BLEU's patience would have made starts afresh."""
     import vocabridge.nmt.train as train
 
     monkeypatch.setattr(train.Trainer, "_dev_bleu", lambda self: 10.0 - self.state.step)  # falls with training

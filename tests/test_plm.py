@@ -97,9 +97,14 @@ def test_masked_lm_pretraining_learns(tokenizer, tmp_path):
     assert last["held_out_loss"] < first["held_out_loss"] - 1.0
 
 
-def test_masked_lm_pretraining_stops_when_the_held_out_accuracy_stops_rising(tokenizer, tmp_path):
-    flat = mlm_run(tokenizer, tmp_path / "flat", 30, lr=0.0, patience=2)  # nothing learns: every evaluation ties
-    assert flat.state.step == 6 and flat.state.stopped.startswith("early stop: no held-out accuracy gain")
+def test_masked_lm_pretraining_stops_when_the_held_out_accuracy_stops_rising(tokenizer, tmp_path, monkeypatch):
+    flat = mlm_run(tokenizer, tmp_path / "flat", 12, lr=0.0, patience=2)  # nothing learns: every evaluation ties,
+    assert flat.state.step == 12 and flat.state.stopped == "max_updates reached"  # and a tie is a gain (gained)
+    real = MlmTrainer.evaluate
+    monkeypatch.setattr(MlmTrainer, "evaluate", lambda self: (real(self)[0], 0.5 - 0.01 * self.state.step))
+    falling = mlm_run(tokenizer, tmp_path / "falling", 30, patience=2)
+    assert falling.state.step == 6 and falling.state.stopped.startswith("early stop: no held-out accuracy gain")
+    monkeypatch.undo()
     rising = mlm_run(tokenizer, tmp_path / "rising", 60, lr=1e-2, patience=100)
     accuracies = [row["held_out_accuracy"] for row in rising.state.curve]
     best = max(accuracies)
