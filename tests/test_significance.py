@@ -84,13 +84,21 @@ def test_the_paired_interval_is_scipys_paired_t_test():
     assert welch.p_value == pytest.approx(unpaired.pvalue, rel=1e-9) and welch.p_value > 10 * got.p_value
 
 
-def test_the_test_sets_variance_widens_the_interval_by_hand():
+def test_the_test_sets_variance_widens_the_interval_by_hand_and_never_narrows_it():
     """Paired differences 1, 2, 3 (variance 1, over 3 seeds 1/3, df 2) plus a test-set variance of 1/3 with
-    df 10: standard error sqrt(2/3), Satterthwaite df (2/3)^2 / ((1/3)^2/2 + (1/3)^2/10) = (4/9) / (6/90) = 20/3."""
+    df 10: standard error sqrt(2/3), Satterthwaite df (2/3)^2 / ((1/3)^2/2 + (1/3)^2/10) = (4/9) / (6/90) = 20/3,
+    half-width t(20/3) sqrt(2/3) = 1.95: narrower than the seeds' own t(2) sqrt(1/3) = 2.48, so the seeds' stands.
+    A test-set variance of 3 (df 10) widens it past the seeds' own: that interval stands."""
+    seeds = stats.ttest_rel([11.0, 12.0, 13.0], [10.0, 10.0, 10.0]).confidence_interval(0.95)
     got = t_interval([11.0, 12.0, 13.0], [10.0, 10.0, 10.0], paired=True, sentence_var=1 / 3, sentence_df=10)
-    assert got.delta == 2 and got.std_error == pytest.approx(math.sqrt(2 / 3)) and got.df == pytest.approx(20 / 3)
-    half = stats.t.ppf(0.975, 20 / 3) * math.sqrt(2 / 3)
-    assert (got.low, got.high) == pytest.approx((2 - half, 2 + half))
+    assert got.delta == 2 and got.std_error == pytest.approx(math.sqrt(2 / 3)) and got.df == 2
+    assert (got.low, got.high) == pytest.approx(tuple(seeds)) and got.p_value >= stats.ttest_rel(
+        [11.0, 12.0, 13.0], [10.0, 10.0, 10.0]).pvalue - 1e-12
+    wide = t_interval([11.0, 12.0, 13.0], [10.0, 10.0, 10.0], paired=True, sentence_var=3.0, sentence_df=10)
+    df = (1 / 3 + 3) ** 2 / ((1 / 3) ** 2 / 2 + 3**2 / 10)
+    half = stats.t.ppf(0.975, df) * math.sqrt(1 / 3 + 3)
+    assert wide.df == pytest.approx(df) and (wide.low, wide.high) == pytest.approx((2 - half, 2 + half))
+    assert wide.high - wide.low > seeds[1] - seeds[0]
 
 
 def test_named_seeds_pair_in_any_order_and_only_when_both_sides_have_the_same():

@@ -261,8 +261,9 @@ def t_interval(method: Sequence[float], reference: Sequence[float], paired: bool
                sentence_df: float = math.inf, level: float = 1 - ALPHA) -> Interval:
     """Mean of `method` minus mean of `reference` (per-seed scores on the whole test set) with a t interval:
     paired, the variance of the per-seed differences / k (df k-1); unpaired, Welch's; either plus the test
-    set's variance `sentence_var` (with its `sentence_df`), the df combined by Satterthwaite. A side with one
-    seed adds no seed variance (it cannot be measured: such a comparison is never decisive)."""
+    set's variance `sentence_var` (with its `sentence_df`), the df combined by Satterthwaite, and never narrower
+    than the interval over the seeds alone (with few seeds the test set's many df could otherwise narrow it). A
+    side with one seed adds no seed variance (it cannot be measured: such a comparison is never decisive)."""
     m, r = np.asarray(method, dtype=float), np.asarray(reference, dtype=float)
     if paired:
         if len(m) != len(r):
@@ -271,8 +272,15 @@ def t_interval(method: Sequence[float], reference: Sequence[float], paired: bool
         parts = [(float(d.var(ddof=1)) / len(d), len(d) - 1.0)] if len(d) > 1 else []
     else:
         parts = [(float(x.var(ddof=1)) / len(x), len(x) - 1.0) for x in (m, r) if len(x) > 1]
-    parts.append((float(sentence_var), float(sentence_df)))
-    return _interval(float(m.mean() - r.mean()), parts, level)
+    delta = float(m.mean() - r.mean())
+    seeds_only = _interval(delta, parts, level) if parts else None
+    both = _interval(delta, [*parts, (float(sentence_var), float(sentence_df))], level)
+    if seeds_only is None or both.high - both.low >= seeds_only.high - seeds_only.low:
+        return both
+    # the test set's term raised Satterthwaite's df above the seeds' own (few seeds, many test books) and with it
+    # narrowed the interval: adding a source of variance never narrows an interval, so the seeds' own t stands
+    return Interval(delta, both.std_error, seeds_only.df, seeds_only.low, seeds_only.high,
+                    max(both.p_value, seeds_only.p_value))
 
 
 def _interval(delta: float, parts: list[tuple[float, float]], level: float = 1 - ALPHA) -> Interval:
