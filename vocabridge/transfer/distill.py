@@ -39,7 +39,7 @@ from vocabridge.progress import progress
 from vocabridge.transfer.plan import BOUNDARY
 
 BATCH_TOKENS = 3000  # padded tokens of the longer segmentation per batch (the new one is shorter)
-MAX_LEN = 256  # pairs with a side longer than this in either segmentation are left out
+MAX_LEN = 256  # pairs with a side longer than this (or the models' positions) in either segmentation are left out
 WATCHED_PAIRS = 1000  # the objective before and after is measured on the first pairs used, at most this many
 
 
@@ -203,8 +203,9 @@ def distill(teacher, old_src: Vocabulary, old_tgt: Vocabulary, student, new_src:
              "new_tgt": piece_kinds(new_tgt)}
     old_all = Parallel.encode(src_lines, tgt_lines, old_src, old_tgt, max_len=10**9)  # every line, in order
     new_all = Parallel.encode(src_lines, tgt_lines, new_src, new_tgt, max_len=10**9)
+    limit = min(MAX_LEN, *(m.config.max_position_embeddings for m in (teacher, student)))  # the models' positions
     short = [i for i in range(len(src_lines)) if max(len(old_all.src[i]), len(old_all.tgt[i]), len(new_all.src[i]),
-                                                     len(new_all.tgt[i])) <= MAX_LEN]
+                                                     len(new_all.tgt[i])) <= limit]
     # a pair is matched only where both segmentations have as many words on each side (a text that one
     # SentencePiece model normalises and the other does not cannot be matched word by word)
     keep = [i for i in short if all(
