@@ -35,7 +35,8 @@ from transformers import BertConfig, BertForMaskedLM
 from vocabridge.config import BertArch, Sponsored
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.nmt.precision import describe_cpu
-from vocabridge.plm.abnet import additive_mask, load_abnet
+from vocabridge.plm.abnet import load_abnet
+from vocabridge.plm.bert import additive_mask
 from vocabridge.plm.sponsored import PlmSponsored, Prefixes, beam_search, greedy_search, restrict, survivors
 from vocabridge.plm.train import pad_sources, special_ids
 

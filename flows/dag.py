@@ -26,6 +26,18 @@ ALL_CORE_GROUPS = frozenset({"pretrain", "upstream", "generator"})
 ROW_GROUP = "row"
 
 
+
+def cores() -> int:
+    """The cores this process may run on: what the flow shares out among the stages it runs at once."""
+    from vocabridge.nmt.precision import usable_cores
+
+    return usable_cores()
+
+
+def share_cores(jobs: int) -> int:
+    """The number of stages to run at once: `jobs`, or 0 for one per core (2 to 4)."""
+    return jobs if jobs > 0 else max(2, min(4, cores()))
+
 @dataclass(frozen=True)
 class Stage:
     """One DVC stage as the flow needs it: its address, what it waits for, and how Prefect should treat it."""

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from flows.dag import ROW_GROUP, Dag, load_dag
-from flows.pipeline import cores as machine_cores
-from flows.pipeline import share_cores
+from flows.dag import ROW_GROUP, Dag, load_dag, share_cores
+from flows.dag import cores as machine_cores
 from vocabridge.config import Params, Training, profile_params
 from vocabridge.errors import ConfigError
 from vocabridge.estimate import (

@@ -27,6 +27,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
+from flows import dag as graph
 from flows import experiment, study
 from flows.dag import Dag, Stage, load_dag
 from flows.dvcrun import StageRun, dvc_ok, git, repro_stage, restore_lock
@@ -199,17 +200,6 @@ def _has_default_remote(workspace: Path) -> bool:
     return True
 
 
-def cores() -> int:
-    from vocabridge.nmt.precision import usable_cores
-
-    return usable_cores()
-
-
-def share_cores(jobs: int) -> int:
-    """The number of stages to run at once: `jobs`, or 0 for one per core (2 to 4)."""
-    return jobs if jobs > 0 else max(2, min(4, cores()))
-
-
 def stage_threads(dag: Dag, jobs: int, pending: list[str], done: set[str], running: dict[str, int]
                   ) -> list[tuple[str, int | None]]:
     """The stages to start now and the torch threads of each ($VOCABRIDGE_THREADS of the stage; compute.threads:
@@ -218,7 +208,7 @@ def stage_threads(dag: Dag, jobs: int, pending: list[str], done: set[str], runni
     None when the user set $VOCABRIDGE_THREADS themselves."""
     if os.environ.get("VOCABRIDGE_THREADS"):
         return [(n, None) for n in dag.startable(pending, done, jobs - len(running), list(running))]
-    return dag.launch(pending, done, running, cores(), jobs)
+    return dag.launch(pending, done, running, graph.cores(), jobs)
 
 
 @flow(name="vocabridge", task_runner=ThreadPoolTaskRunner(max_workers=16))
@@ -246,7 +236,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
     cell into it as soon as its evaluation finished (`vocabridge results --cells`), ready to commit.
     """
     logger = get_run_logger()
-    jobs = share_cores(jobs)
+    jobs = graph.share_cores(jobs)
     ws = Path(workspace).resolve()
     if not (ws / "dvc.yaml").is_file():
         raise FlowError(f"{ws}: no dvc.yaml (workspace must be the project's root)")
@@ -284,7 +274,7 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
         logger.info("stages (from dvc.yaml): %s", ", ".join(dag.order))
         est = log_estimate(dag, run_ws, jobs) if estimate else None
         forced = set(dag.match(targets) if targets else dag.order) if force else set()
-        record = RunRecord(run_ws / RUN_RECORD, est, jobs, cores())
+        record = RunRecord(run_ws / RUN_RECORD, est, jobs, graph.cores())
         runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record, copy_cells)
         record.save()
         title = f"vocabridge experiment {name}" if is_experiment else "vocabridge"

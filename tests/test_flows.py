@@ -58,13 +58,14 @@ def outputs(project: Path) -> dict[str, float]:
 # The stage graph.
 
 def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
+    import flows.dag as fd
     import flows.pipeline as fp
 
     dag = Dag({"pretrain": Stage("pretrain", all_cores=True), "upstream@a": Stage("upstream@a", all_cores=True),
                **{f"finetune@{m}": Stage(f"finetune@{m}") for m in "abcd"}})
     monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
-    monkeypatch.setattr(fp, "cores", lambda: 2)
-    assert fp.share_cores(0) == 2 and fp.share_cores(3) == 3
+    monkeypatch.setattr(fd, "cores", lambda: 2)
+    assert fd.share_cores(0) == 2 and fd.share_cores(3) == 3
 
     def start(pending, running=None, jobs=2):
         return dict(fp.stage_threads(dag, jobs, pending, set(), running or {}))
@@ -80,9 +81,9 @@ def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
     # a long and a short stage ready together: never more threads than cores
     started = start(["pretrain", "finetune@a", "finetune@b"])
     assert sum(started.values()) == 2 and started.get("pretrain") in (1, 2)
-    monkeypatch.setattr(fp, "cores", lambda: 16)
-    started = start(list(dag.stages)[2:], jobs=fp.share_cores(0))
-    assert fp.share_cores(0) == 4 and started == {f"finetune@{m}": 4 for m in "abcd"}
+    monkeypatch.setattr(fd, "cores", lambda: 16)
+    started = start(list(dag.stages)[2:], jobs=fd.share_cores(0))
+    assert fd.share_cores(0) == 4 and started == {f"finetune@{m}": 4 for m in "abcd"}
     monkeypatch.setenv("VOCABRIDGE_THREADS", "3")
     assert start(["pretrain"], {"finetune@a": 0}) == {"pretrain": None}  # the user's own setting wins
 
@@ -90,12 +91,13 @@ def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
 def test_a_fine_tune_holds_the_threads_its_params_fix(monkeypatch):
     """A cell's fine-tune runs finetune.train.threads (1: the same weights however many stages run beside it): a
     lone one once held both cores in the flow's count and the next ready stage waited for it, a core idle."""
+    import flows.dag as fd
     import flows.pipeline as fp
 
     dag = Dag({"finetune@a": Stage("finetune@a", threads=1), "upstream@b": Stage("upstream@b", all_cores=True),
                "finetune@c": Stage("finetune@c", threads=4), "evaluate@a": Stage("evaluate@a")})
     monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
-    monkeypatch.setattr(fp, "cores", lambda: 2)
+    monkeypatch.setattr(fd, "cores", lambda: 2)
 
     def start(pending, running=None):
         return dict(fp.stage_threads(dag, 2, pending, set(), running or {}))

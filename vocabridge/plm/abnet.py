@@ -29,7 +29,9 @@ from torch import nn
 from vocabridge.config import AbnetAdapters
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir, write_json
+from vocabridge.plm.bert import additive_mask
 from vocabridge.plm.cross_entropy import cross_entropy
+from vocabridge.plm.sponsored import PlmSponsored
 
 if TYPE_CHECKING:  # stages import this module to tell an AB-Net row apart; transformers loads with the model
     from transformers.models.bert.configuration_bert import BertConfig
@@ -65,11 +67,6 @@ class DecoderAdapter(nn.Module):
         attended, _ = self.attention(h, encoded, encoded, key_padding_mask=source_padding, need_weights=False)
         z = self.norm1(h + self.dropout(attended))
         return self.norm2(z + self.dropout(self.ffn(z)))
-
-
-def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[B, S] with 1 where a position may be attended -> BERT's additive [B, 1, 1, S] mask."""
-    return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 
 def adapted_encoder(bert: BertForMaskedLM, adapters: nn.ModuleList, h: torch.Tensor,
@@ -340,8 +337,6 @@ def family_for(decoder: str) -> Family:
 
 def family_of(model) -> Family:
     """The family of a built model (the one place that tells the classes apart)."""
-    from vocabridge.plm.sponsored import PlmSponsored
-
     if isinstance(model, PlmSponsored):
         return FAMILIES["plm-nmt"]
     return FAMILIES["abnet-enc" if isinstance(model, ABNetEnc) else "abnet"]
@@ -398,7 +393,6 @@ def load_abnet(path: Path, device: torch.device | str = "cpu"):
         raise InputError(f"{path}/abnet.json: kind {kind!r} is none of {', '.join(FAMILIES)}")
     if kind == "plm-nmt":
         from vocabridge.config import Sponsored
-        from vocabridge.plm.sponsored import PlmSponsored
 
         target_bert, target_tokenizer = load_bert(path / "target")
         teacher = load_bert(path / "teacher")[0] if (path / "teacher").is_dir() else None
@@ -428,8 +422,6 @@ def build_abnet(source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, adap
 
     kind = family_for(decoder).kind
     if kind == "plm-nmt":
-        from vocabridge.plm.sponsored import PlmSponsored
-
         return PlmSponsored(source_bert, target_bert, teacher, sponsored, adapters)
     if kind == "abnet-enc":
         config = autoregressive_decoder_config(target_bert.config)

@@ -32,6 +32,11 @@ if TYPE_CHECKING:  # transformers' model code costs seconds to import: the funct
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
+def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, S] with 1 where a position may be attended -> BERT's additive [B, 1, 1, S] mask."""
+    return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
 def train_plm_tokenizer(texts: list[str], vocab_size: int, out: Path) -> PreTrainedTokenizerFast:
     """A unigram vocabulary of `vocab_size` pieces (BERT's five special tokens included) fitted to `texts` by
     SentencePiece, as the NMT vocabularies (the same text gives the same pieces, scores and ids on every run; the

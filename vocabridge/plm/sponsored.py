@@ -27,7 +27,7 @@ from torch import nn
 
 from vocabridge.config import AbnetAdapters, Sponsored
 from vocabridge.errors import InputError
-from vocabridge.plm.abnet import additive_mask
+from vocabridge.plm.bert import additive_mask
 from vocabridge.plm.cross_entropy import cross_entropy
 
 if TYPE_CHECKING:
