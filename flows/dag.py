@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import time
 import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,40 @@ def cores() -> int:
     from vocabridge.nmt.precision import usable_cores
 
     return usable_cores()
+
+
+def busy_elsewhere(interval: float = 0.5) -> int:
+    """Whole cores that other work on the machine keeps busy (`cpu_elsewhere`, rounded): cores a stage's torch
+    threads should not fight for."""
+    return max(0, min(cores(), round(cpu_elsewhere(interval))))
+
+
+def cpu_elsewhere(interval: float = 0.5) -> float:
+    """Cores' worth of CPU that processes other than this one and its children (the stages it runs) used over
+    `interval` seconds."""
+    import psutil
+
+    me = psutil.Process()
+
+    def ours() -> float:
+        total = 0.0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:  # ended in between
+                continue
+        return total
+
+    def busy() -> float:
+        times = psutil.cpu_times()
+        return sum(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "steal", 0.0) \
+            - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+    start, own, clock = busy(), ours(), time.monotonic()
+    time.sleep(interval)
+    elapsed = time.monotonic() - clock
+    return ((busy() - start) - (ours() - own)) / elapsed
 
 
 def share_cores(jobs: int) -> int:
@@ -155,13 +190,15 @@ class Dag:
         return max(1, cores // max(1, min(jobs, len(busy)))), max(1, cores // max(1, min(jobs, long_)))
 
     def launch(self, pending: Sequence[str], done: Collection[str], running: dict[str, int], cores: int,
-               jobs: int) -> list[tuple[str, int]]:
+               jobs: int, elsewhere: int = 0) -> list[tuple[str, int]]:
         """The stages to start now (`startable`'s picks) with each one's torch threads: its share of the cores
         (`core_shares`), but never more than the cores that the `running` stages' threads (stage -> threads) leave
         free; with none free a ready stage waits. Threads are fixed when a stage starts, and a stage with every
         core beside another ran at 0.37-0.43x its speed alone (results/thread-layout, layout D). A stage whose
         params fix its threads (`Stage.threads`) holds that many, so a lone one-thread fine-tune leaves a core to
-        the next ready stage."""
+        the next ready stage. `elsewhere`: cores that other work on the machine keeps busy (`busy_elsewhere`); a
+        stage whose threads are the flow's to choose gets no more than the cores left beside it and the running
+        stages (pretraining with two threads beside a busy core ran about 5 times slower than with one)."""
         ready = [n for n in pending if all(u in done for u in self.stages[n].upstream if u in self.stages)]
         shared, heavy = self.core_shares(cores, jobs, [*running, *ready])
         free, picked = cores - sum(running.values()), []
@@ -171,7 +208,8 @@ class Dag:
             fixed = min(self.stages[name].threads, cores)  # more than the cores: it waits for all of them
             if fixed > free:
                 continue
-            threads = fixed or min(heavy if self.stages[name].all_cores else shared, free)
+            spare = max(1, cores - elsewhere - sum(running.values()) - sum(t for _, t in picked))
+            threads = fixed or min(heavy if self.stages[name].all_cores else shared, free, spare)
             picked.append((name, threads))
             free -= threads
         return picked

@@ -22,7 +22,9 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.deployments import run_deployment
+from prefect.exceptions import MissingContextError
 from prefect.futures import PrefectFuture, as_completed
+from prefect.logging import get_logger
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
@@ -32,6 +34,7 @@ from flows import experiment, study
 from flows.dag import Dag, Stage, load_dag
 from flows.dvcrun import StageRun, dvc_ok, git, repro_stage, restore_lock
 from flows.errors import FlowError, StageError
+from flows.preflight import preflight
 from flows.record import RunRecord
 from flows.report import markdown, stages_table
 from vocabridge.config import load_params
@@ -204,11 +207,23 @@ def stage_threads(dag: Dag, jobs: int, pending: list[str], done: set[str], runni
                   ) -> list[tuple[str, int | None]]:
     """The stages to start now and the torch threads of each ($VOCABRIDGE_THREADS of the stage; compute.threads:
     0 reads it): the cores shared out (`Dag.launch`), so that a stage alone (pretrain) gets them all, two
-    fine-tunes side by side get half each, and the running stages never hold more threads than there are cores.
+    fine-tunes side by side get half each, and the running stages never hold more threads than there are cores,
+    nor more than other work on the machine leaves free when the stage starts (`busy_elsewhere`, said in the log).
     None when the user set $VOCABRIDGE_THREADS themselves."""
     if os.environ.get("VOCABRIDGE_THREADS"):
         return [(n, None) for n in dag.startable(pending, done, jobs - len(running), list(running))]
-    return dag.launch(pending, done, running, graph.cores(), jobs)
+    if not dag.startable(pending, done, jobs - len(running), list(running)):
+        return []
+    elsewhere = graph.busy_elsewhere()
+    picked = dag.launch(pending, done, running, graph.cores(), jobs, elsewhere)
+    if elsewhere and picked:
+        given = ", ".join(f"{name} gets {threads} thread{'s' * (threads > 1)}" for name, threads in picked)
+        try:
+            logger = get_run_logger()
+        except MissingContextError:  # called outside a flow run
+            logger = get_logger("vocabridge")
+        logger.info("other work keeps %d of %d cores busy: %s", elsewhere, graph.cores(), given)
+    return picked
 
 
 @flow(name="vocabridge", task_runner=ThreadPoolTaskRunner(max_workers=16))
@@ -275,7 +290,13 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
         est = log_estimate(dag, run_ws, jobs) if estimate else None
         forced = set(dag.match(targets) if targets else dag.order) if force else set()
         record = RunRecord(run_ws / RUN_RECORD, est, jobs, graph.cores())
-        runs = run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record, copy_cells)
+        first = Dag({n: s for n, s in dag.stages.items() if s.group == "prepare"})
+        runs = []
+        if first.stages and len(first.stages) < len(dag.stages):  # the corpora first, then the check, then the rest
+            runs = run_dag(first, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record, copy_cells)
+            dag = Dag({n: s for n, s in dag.stages.items() if n not in first.stages})
+        get_run_logger().info("preflight: %s", preflight(run_ws))
+        runs += run_dag(dag, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record, copy_cells)
         record.save()
         title = f"vocabridge experiment {name}" if is_experiment else "vocabridge"
         table = markdown(dag, run_ws, runs, title)

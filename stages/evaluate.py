@@ -26,7 +26,7 @@ from vocabridge.config import translated_upstream
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.decoding import RowDecoder
 from vocabridge.entry import run
-from vocabridge.evaluate import heldout_verses, score
+from vocabridge.evaluate import score, second_test_set
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.grid import VERSION, Cell, code_commit, condition_digest, machine, text_digest
 from vocabridge.nmt.train import threads_of, use_compute
@@ -109,17 +109,12 @@ def cell_record(cell: Cell, stamp: dict, params, metrics: dict, refs: list[str],
 
 
 def heldout_dev(params, family: str) -> tuple[list[str], list[str], list[str]]:
-    """The second test set: dev pairs of the books that no checkpoint selection read (the fine-tune selects on the
-    first dev_sentences dev pairs), in order; empty where the corpus has no verse ids (a user's files)."""
-    corpus, lang = paths.CORPORA / "downstream", params.lang
-    ids_file = corpus / "dev.ids"
-    if not ids_file.is_file():
-        return [], [], []
-    verses = read_text_lines(ids_file)
-    books = [verse.split(".", 1)[0] for verse in verses]
-    keep = heldout_verses(verses, params.training_for(family).dev_sentences)
-    sources, refs = (read_text_lines(corpus / f"dev.{code}") for code in (lang.src, lang.tgt))
-    return [sources[i] for i in keep], [refs[i] for i in keep], sorted({books[i] for i in keep})
+    """The second test set (`vocabridge.evaluate.second_test_set`: a user's second test file, or the dev pairs of
+    the books that no checkpoint selection read, which reads the first dev_sentences dev pairs): sources,
+    references and the distinct books or documents."""
+    sources, refs, books = second_test_set(paths.CORPORA / "downstream", params.lang,
+                                           params.training_for(family).dev_sentences)
+    return sources, refs, sorted(set(books))
 
 
 def curve(plots):

@@ -25,7 +25,7 @@ from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
-from vocabridge.grid import Gathered, condition_digest, knobs_digest, read_cells, text_digest
+from vocabridge.grid import Gathered, condition_digest, decoding_digest, knobs_digest, read_cells, text_digest
 from vocabridge.report import HeldOut, grid_report, write_report
 from vocabridge.significance import clusters_from_ids
 from vocabridge.transfer import finetune_training, get_method, knobs_for, resolved_knobs
@@ -42,11 +42,12 @@ def main(argv: list[str]) -> None:
     adapted = {row for row in rows  # new tokens on the base model: their zero-shot figures compare
                if get_method(row, rows).vocabulary == "downstream" and knobs_for(row, rows).upstream == "base"}
     test_ids = paths.CORPORA / "downstream" / "test.ids"
-    test_books = book_names(clusters_from_ids(read_text_lines(test_ids))) if test_ids.is_file() else None
+    bible = params.prepare.downstream.recipe != "files"
+    test_books = book_names(clusters_from_ids(read_text_lines(test_ids)), bible) if test_ids.is_file() else None
     built = grid_report(gathered, list(rows), refs, params.report, seeds=params.seeds,
                         clusters=book_clusters(len(refs)), adapted=adapted, mismatch=mismatch, lang=lang,
                         upstream_sentences=params.evaluate.upstream_sentences, study=params.profile,
-                        test_books=test_books, heldout=heldout_set(gathered.records, lang.tgt),
+                        test_books=test_books, heldout=heldout_set(gathered.records, lang.tgt, bible),
                         plms=study_plms(params.plms))
     with atomic_dir(paths.REPORTS / "results") as tmp:
         write_report(built, tmp)
@@ -60,12 +61,16 @@ def gather(params, folders: list[Path], refs: list[str] | None) -> Gathered:
     expected = {row: knobs_digest(resolved_knobs(row, params.rows)) for row in params.rows}
     stamped = {row: row_condition(params, knobs_for(row, params.rows), "abnet") for row in params.rows
                if get_method(row, params.rows).family == "abnet"}
+    as_is = {row for row in params.rows if not get_method(row, params.rows).finetune}
     return read_cells(folders, expected, test_digest=None if refs is None else text_digest(refs),
-                      conditions={row: condition(params, row) for row in params.rows}, stamped=stamped)
+                      conditions={row: condition(params, row) for row in params.rows}, stamped=stamped, as_is=as_is)
 
 
 def condition(params, row: str) -> str:
-    """The regime the row's cells must have run under to pool: today's fine-tune, sample and decoding."""
+    """The regime the row's cells must have run under to pool: today's fine-tune, sample and decoding; a row
+    evaluated as it is (out-domain), its decoding alone."""
+    if not get_method(row, params.rows).finetune:
+        return decoding_digest(asdict(params.evaluate))
     pairs = knobs_for(row, params.rows).train_pairs
     training = finetune_training(row, params)
     return condition_digest(asdict(training), asdict(params.evaluate),
@@ -97,19 +102,23 @@ def book_clusters(sentences: int) -> list[str] | None:
     return books if len(set(books)) > 1 else None
 
 
-def heldout_set(records, tgt: str) -> HeldOut | None:
-    """The second test set the records were scored on: the dev.TGT lines of the books their `heldout_dev_test`
-    names, in corpus order, each with its book; the (digest, books) most records have, where its references
-    still have that digest. None where no record has dev_hyp.txt, or the corpus has no dev.ids or changed."""
+def heldout_set(records, tgt: str, bible: bool = True) -> HeldOut | None:
+    """The second test set the records were scored on: a user's second_test.TGT (its documents from
+    second_test.ids), else the dev.TGT lines of the books their `heldout_dev_test` names, in corpus order, each
+    with its book; the (digest, books) most records have, where its references still have that digest. None where
+    no record has dev_hyp.txt, or the corpus has neither file or changed."""
     found = Counter((test["digest"], tuple(test["books"])) for r in records
                     if r.dev_hyps and isinstance(test := r.data.get("heldout_dev_test"), dict)
                     and "digest" in test and test.get("books"))
     corpus = paths.CORPORA / "downstream"
-    if not found or not (corpus / "dev.ids").is_file():
+    name = "second_test" if (corpus / f"second_test.{tgt}").is_file() else "dev"
+    ids_file, refs_file = corpus / f"{name}.ids", corpus / f"{name}.{tgt}"
+    if not found or not (refs_file.is_file() and (ids_file.is_file() or name == "second_test")):
         return None
-    ids, dev = read_text_lines(corpus / "dev.ids"), read_text_lines(corpus / f"dev.{tgt}")
+    dev = read_text_lines(refs_file)
+    ids = read_text_lines(ids_file) if ids_file.is_file() else [f"second_test.1.{i}" for i in range(1, len(dev) + 1)]
     if len(ids) != len(dev):
-        raise InputError(f"{corpus / 'dev.ids'}: {len(ids)} verse ids for {len(dev)} dev sentences; run `dvc repro "
+        raise InputError(f"{ids_file}: {len(ids)} ids for {len(dev)} sentences of {refs_file}; run `dvc repro "
                          "prepare`")
     books = clusters_from_ids(ids)
     for (digest, held), cells in found.most_common():
@@ -117,17 +126,18 @@ def heldout_set(records, tgt: str) -> HeldOut | None:
         refs = [dev[i] for i in keep]
         if text_digest(refs) == digest:
             clusters = [books[i] for i in keep]
-            return HeldOut(refs, clusters if len(set(clusters)) > 1 else None, digest, book_names(held))
-        print(f"report: {cells} record(s) were scored on the dev verses of books {', '.join(held)}, which "
-              f"{corpus / f'dev.{tgt}'} no longer has as they were ({digest} != {text_digest(refs)}): no second "
-              "test set from them", file=sys.stderr)
+            return HeldOut(refs, clusters if len(set(clusters)) > 1 else None, digest, book_names(held, bible))
+        print(f"report: {cells} record(s) were scored on the second test set of {', '.join(held)}, which "
+              f"{refs_file} no longer has as it was ({digest} != {text_digest(refs)}): no second test set from "
+              "them", file=sys.stderr)
     return None
 
 
-def book_names(books) -> list[str]:
-    """Book numbers (the Bible recipe's ids) as names, in order: '43' -> 'John'; other ids as they are."""
+def book_names(books, bible: bool = True) -> list[str]:
+    """Book numbers (the Bible recipe's ids) as names, in order: '43' -> 'John'; other ids (and a user's
+    documents, `bible` false) as they are."""
     distinct = sorted(set(books), key=lambda b: (not b.isdigit(), int(b) if b.isdigit() else 0, b))
-    return [BOOKS[int(b) - 1] if b.isdigit() and 0 < int(b) <= len(BOOKS) else b for b in distinct]
+    return [BOOKS[int(b) - 1] if bible and b.isdigit() and 0 < int(b) <= len(BOOKS) else b for b in distinct]
 
 
 if __name__ == "__main__":

@@ -223,6 +223,52 @@ def test_the_report_stage_finds_the_held_out_dev_books(tmp_path, monkeypatch):
     assert heldout_set([read_record(write_cell(folder, "va-llm", 1, AVX2, UP_A))], "en") is None  # no dev_hyp.txt
 
 
+def test_a_users_second_test_file_is_the_second_test_set_with_its_documents(tmp_path, monkeypatch):
+    from stages import _paths as paths
+    from stages.report import heldout_set
+    from vocabridge.grid import read_record
+
+    corpus = tmp_path / "downstream"
+    corpus.mkdir()
+    (corpus / "dev.ids").write_text("43.1.1\n")  # the dev set's documents are not the second test set here
+    (corpus / "dev.en").write_text("read\n")
+    (corpus / "second_test.en").write_text("\n".join(DEV_REFS) + "\n")
+    (corpus / "second_test.ids").write_text("\n".join(f"{b}.1.{i}" for i, b in enumerate(DEV_BOOKS)) + "\n")
+    monkeypatch.setattr(paths, "CORPORA", tmp_path)
+    records = [read_record(write_cell(tmp_path / "cells", "ft-srcv", seed, AVX2, UP_A, dev=HELDOUT.digest))
+               for seed in (1, 2)]
+    found = heldout_set(records, "en", bible=False)
+    assert found == HeldOut(DEV_REFS, DEV_BOOKS, HELDOUT.digest, ["44", "45"])  # a user's documents keep their ids
+    (corpus / "second_test.ids").unlink()  # no documents: one, drawn sentence by sentence
+    (corpus / "second_test.en").write_text("\n".join(DEV_REFS) + "\n")
+    assert heldout_set(records, "en", bible=False) is None  # recorded books 44, 45: not this set's
+
+
+def test_a_row_evaluated_as_it_is_pools_whatever_budget_the_fine_tunes_run_under(tmp_path):
+    """Out-domain has no fine-tune: its cells of a workspace with another budget are the same cells (their
+    records carry a digest with that budget), while a fine-tuned row's are another condition."""
+    from vocabridge.grid import condition_digest, decoding_digest
+
+    evaluate = {"beam": 5, "length_penalty": 1.0, "upstream_sentences": 500}
+    folder = tmp_path / "cells"
+    for row in ("ft-srcv", "va-llm"):
+        for seed, budget in ((1, 6000), (2, 16000)):
+            cell = write_cell(folder, row, seed, AVX2, UP_A)
+            record = json.loads((cell / "record.json").read_text())
+            record["params"] |= {"evaluate": evaluate, "finetune": {"max_updates": budget}}
+            record["condition_digest"] = condition_digest({"max_updates": budget}, evaluate, 1000)
+            (cell / "record.json").write_text(json.dumps(record))
+    expected = {row: knobs_digest(KNOBS[row]) for row in ("ft-srcv", "va-llm")}
+    conditions = {"ft-srcv": decoding_digest(evaluate),
+                  "va-llm": condition_digest({"max_updates": 16000}, evaluate, 1000)}
+    gathered = read_cells([folder], expected, conditions=conditions, as_is={"ft-srcv"})
+    assert [(r.row, r.seed) for r in gathered.records] == [("ft-srcv", 1), ("ft-srcv", 2), ("va-llm", 2)]
+    assert len(gathered.left_out) == 1 and "another condition" in gathered.left_out[0][1]
+    evaluate_other = evaluate | {"beam": 4}  # decoding is still its condition
+    assert read_cells([folder], expected, conditions={"ft-srcv": decoding_digest(evaluate_other)},
+                      as_is={"ft-srcv"}).records == []
+
+
 def test_records_of_another_test_set_are_left_out(tmp_path):
     folder = tmp_path / "cells"
     write_cell(folder, "ft-srcv", 1, AVX2, UP_A, test_digest="f" * 16)

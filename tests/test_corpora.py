@@ -137,3 +137,57 @@ def test_files_recipe_for_the_upstream_domain(tmp_path):
     corpus = build_upstream(Prepare(upstream=up), Lang())
     assert {s: len(p) for s, p in corpus.splits.items()} == {"train": 40, "dev": 5, "test": 5}
     assert corpus.mono == {"en": ["more text"]}
+
+
+def user_downstream(tmp_path, **files) -> Prepare:
+    de = write(tmp_path / "tr.de", "".join(f"Satz {i} hier\n" for i in range(40)).encode())
+    en = write(tmp_path / "tr.en", "".join(f"Sentence {i} here\n" for i in range(40)).encode())
+    down = Downstream(recipe="files", files=UserFiles(train=[FileSpec(src=de, tgt=en)], **files))
+    return Prepare(downstream=down)
+
+
+def test_a_users_test_set_is_scored_whole_and_resampled_by_its_documents(tmp_path):
+    """A repeated test line stays (a test set may repeat itself); an empty one is counted and named; documents
+    (a TSV column, or a side file) become ids that the report resamples by; a second test file is written."""
+    test = write(tmp_path / "te.tsv", b"Eins\tOne\tlaw.a\nZwei\tTwo\tlaw.a\nEins\tOne\tmed\n\tNothing\tmed\n")
+    dev_de = write(tmp_path / "dev.de", b"Drei\nVier\n")
+    dev_en = write(tmp_path / "dev.en", b"Three\nFour\n")
+    dev_docs = write(tmp_path / "dev.docs", b"d1\nd2\n")
+    two_de = write(tmp_path / "two.de", b"Neun\nZehn\nNeun\n")
+    two_en = write(tmp_path / "two.en", b"Nine\nTen\nNine\n")
+    prepare = user_downstream(tmp_path, test=[FileSpec(tsv=test, columns=["de", "en", "doc"])],
+                              dev=[FileSpec(src=dev_de, tgt=dev_en, docs=dev_docs)],
+                              second_test=[FileSpec(src=two_de, tgt=two_en)])
+    corpus = build_downstream(prepare, Lang())
+    assert corpus.splits["test"] == [("Eins", "One"), ("Zwei", "Two"), ("Eins", "One")]
+    assert corpus.ids["test"] == ["law.a.1.1", "law.a.1.2", "med.1.1"]
+    assert corpus.dropped["test"] == {"empty": 1, "lines": [f"{test}:4"]}
+    assert corpus.ids["dev"] == ["d1.1.1", "d2.1.1"] and "second_test" not in corpus.ids  # no documents given
+    assert corpus.splits["second_test"] == [("Neun", "Nine"), ("Zehn", "Ten"), ("Neun", "Nine")]
+    out = tmp_path / "out"
+    stats = write_corpus(corpus, out, "downstream", "files")
+    assert stats["pairs"] == {"train": 40, "dev": 2, "test": 3, "second_test": 3}
+    assert (out / "second_test.en").read_text() == "Nine\nTen\nNine\n"
+    from vocabridge.evaluate import second_test_set
+    from vocabridge.significance import clusters_from_ids
+
+    assert clusters_from_ids((out / "test.ids").read_text().split()) == ["law.a", "law.a", "med"]
+    assert second_test_set(out, Lang(), 1) == (["Neun", "Zehn", "Neun"], ["Nine", "Ten", "Nine"],
+                                               ["second_test"] * 3)
+    (out / "second_test.de").unlink()  # without a second test file: the dev documents selection never read
+    assert second_test_set(out, Lang(), 1) == (["Vier"], ["Four"], ["d2"])
+
+
+@pytest.mark.parametrize("spec,message", [
+    (dict(docs="short"), r"short:2: 1 document ids for 2 pairs"),
+    (dict(docs="blank"), r"blank:2: empty document id"),
+    (dict(columns=["de", "en", "doc"]), r"t.tsv:1: expected 3 tab-separated columns, found 2"),
+])
+def test_bad_document_ids_name_file_and_line(tmp_path, spec, message):
+    write(tmp_path / "short", b"a\n")
+    write(tmp_path / "blank", b"a\n \n")
+    tsv = write(tmp_path / "t.tsv", b"eins\tone\nzwei\ttwo\n")
+    if "docs" in spec:
+        spec["docs"] = str(tmp_path / spec["docs"])
+    with pytest.raises(InputError, match=message):
+        read_pairs(FileSpec(tsv=tsv, **spec), Lang(), "k")

@@ -65,6 +65,7 @@ def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
                **{f"finetune@{m}": Stage(f"finetune@{m}") for m in "abcd"}})
     monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
     monkeypatch.setattr(fd, "cores", lambda: 2)
+    monkeypatch.setattr(fd, "busy_elsewhere", lambda: 0)  # a quiet machine (busy: the next test)
     assert fd.share_cores(0) == 2 and fd.share_cores(3) == 3
 
     def start(pending, running=None, jobs=2):
@@ -88,6 +89,47 @@ def test_cores_are_shared_among_the_stages_that_run_at_once(monkeypatch):
     assert start(["pretrain"], {"finetune@a": 0}) == {"pretrain": None}  # the user's own setting wins
 
 
+def test_a_stage_started_beside_other_work_takes_only_the_free_cores(monkeypatch):
+    """Pretraining with both threads beside a process holding a core ran about 5 times slower than with one
+    (benchmarks/thread_layout.py --busy): a stage whose threads are the flow's to choose leaves other work's cores
+    alone; one whose params fix its threads keeps them."""
+    import flows.dag as fd
+    import flows.pipeline as fp
+
+    dag = Dag({"pretrain": Stage("pretrain", all_cores=True), "finetune@a": Stage("finetune@a", threads=1),
+               "evaluate@b": Stage("evaluate@b")})
+    monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
+    monkeypatch.setattr(fd, "cores", lambda: 4)
+    monkeypatch.setattr(fd, "busy_elsewhere", lambda: 3)
+    assert dict(fp.stage_threads(dag, 2, ["pretrain"], set(), {})) == {"pretrain": 1}
+    assert dict(fp.stage_threads(dag, 2, ["finetune@a", "evaluate@b"], set(), {})) == {"finetune@a": 1,
+                                                                                        "evaluate@b": 1}
+    monkeypatch.setattr(fd, "busy_elsewhere", lambda: 1)
+    assert dict(fp.stage_threads(dag, 2, ["pretrain"], set(), {})) == {"pretrain": 3}
+    monkeypatch.setattr(fd, "busy_elsewhere", lambda: 0)
+    assert dict(fp.stage_threads(dag, 2, ["pretrain"], set(), {})) == {"pretrain": 4}
+
+
+def test_other_work_is_measured_and_the_flow_s_own_stages_are_not(tmp_path):
+    """A busy process outside the flow's process tree counts; the same loop as the flow's own child does not."""
+    import subprocess
+
+    from flows.dag import cpu_elsewhere
+
+    loop = "import time\nend = time.time() + 8\nwhile time.time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", loop])
+    try:
+        time.sleep(0.5)
+        with_child = cpu_elsewhere(2.0)
+    finally:
+        child.wait()
+    # the shell exits at once: its busy loop is nobody's child here, as another user's job is
+    subprocess.run(["sh", "-c", f'{sys.executable} -c "$0" >/dev/null 2>&1 &', loop], check=True)
+    time.sleep(0.5)
+    detached = cpu_elsewhere(2.0)
+    assert detached > with_child + 0.3, (detached, with_child)
+
+
 def test_a_fine_tune_holds_the_threads_its_params_fix(monkeypatch):
     """A cell's fine-tune runs finetune.train.threads (1: the same weights however many stages run beside it): a
     lone one once held both cores in the flow's count and the next ready stage waited for it, a core idle."""
@@ -98,6 +140,7 @@ def test_a_fine_tune_holds_the_threads_its_params_fix(monkeypatch):
                "finetune@c": Stage("finetune@c", threads=4), "evaluate@a": Stage("evaluate@a")})
     monkeypatch.delenv("VOCABRIDGE_THREADS", raising=False)
     monkeypatch.setattr(fd, "cores", lambda: 2)
+    monkeypatch.setattr(fd, "busy_elsewhere", lambda: 0)
 
     def start(pending, running=None):
         return dict(fp.stage_threads(dag, 2, pending, set(), running or {}))

@@ -852,3 +852,61 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     assert all(float(ms) > 0 and float(per_s) > 0 for ms, per_s, *_ in speeds.values())
     assert speeds["ft-srcv"][-2:] == ["1.00x", "1.00x"] and speeds["ft-srcv"][3] == "-"  # the reference row
     assert 1 <= float(speeds["mask-predict"][3]) <= 10  # Mask-Predict's iterations
+
+
+@e2e
+def test_a_users_own_corpus_is_checked_before_training_then_scored_whole_by_documents(tiny_copy):
+    """The downstream Bible of the tiny workspace given back as a user's files: training text with one over-long
+    pair, a test TSV with a document column and a repeated line, dev files with a side file of documents and a
+    second test file. A sample larger than what cleaning leaves and a vocabulary larger than the text allows stop
+    the flow after the prepare stage, both in one message; fixed, the row's cell scores every test line and the
+    second test set, and the report draws the test set by document."""
+    from flows.errors import FlowError
+    from flows.pipeline import pipeline
+    from vocabridge.significance import clusters_from_ids
+
+    project, row = tiny_copy, "ft-tgtv-random"
+    corpus, own = project / "data" / "corpora" / "downstream", project / "corpora" / "downstream"
+    text = {(split, code): lines(corpus / f"{split}.{code}") for split in ("train", "dev", "test") for code in LANGS}
+    docs = {split: [f"doc-{b}" for b in clusters_from_ids(lines(corpus / f"{split}.ids"))] for split in ("dev", "test")}
+    half = len(docs["dev"]) // 2
+    for code in LANGS:
+        (own / f"train.{code}").write_text("\n".join(text["train", code][:1000] + ["wort " * 300]) + "\n")
+        (own / f"dev.{code}").write_text("\n".join(text["dev", code][:half]) + "\n")
+        (own / f"two.{code}").write_text("\n".join(text["dev", code][half:]) + "\n")
+    (own / "dev.docs").write_text("\n".join(docs["dev"][:half]) + "\n")
+    (own / "two.docs").write_text("\n".join(docs["dev"][half:]) + "\n")
+    test = list(zip(text["test", "de"], text["test", "en"], docs["test"], strict=True))
+    (own / "test.tsv").write_text("".join("\t".join(cells) + "\n" for cells in [*test, test[0]]))
+
+    def files(train_pairs: int, vocab: dict) -> None:
+        params = yaml.safe_load((project / "params.yaml").read_text())
+        down = "corpora/downstream/"
+        params["prepare"]["downstream"] |= {"recipe": "files", "files": {
+            "train": [{"src": down + "train.de", "tgt": down + "train.en"}],
+            "dev": [{"src": down + "dev.de", "tgt": down + "dev.en", "docs": down + "dev.docs"}],
+            "test": [{"tsv": down + "test.tsv", "columns": ["de", "en", "doc"]}],
+            "second_test": [{"src": down + "two.de", "tgt": down + "two.en", "docs": down + "two.docs"}]}}
+        params["finetune"]["train_pairs"] = train_pairs
+        params["spm"]["downstream"]["de"] = vocab
+        (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+    files(1001, {"vocab_size": 50000, "hard_vocab_limit": True})
+    with pytest.raises(FlowError, match=r"2 problems: \(1\) finetune.train_pairs: 1001 pairs asked, .* has 1000 "
+                                        r"\(cleaning dropped 1 too_long\).*\(2\) spm.downstream.de.vocab_size: 50000 "
+                                        r"pieces do not fit"):
+        pipeline(workspace=str(project), targets=[f"evaluate@{row}-1"], estimate=False)
+    assert {"spm@downstream", f"finetune@{row}-1"} <= stale(project)  # nothing after the prepare stage ran
+    assert json.loads((corpus / "stats.json").read_text())["pairs"]["test"] == len(test) + 1
+
+    files(1000, {"vocab_size": 1000, "hard_vocab_limit": False})
+    pipeline(workspace=str(project), targets=[f"evaluate@{row}-1"], estimate=False)
+    scored = record(project, row)
+    assert scored["test"]["sentences"] == len(test) + 1 == len(lines(cell(project, "cells", row) / "hyp.txt"))
+    assert scored["heldout_dev_test"]["books"] == sorted(set(docs["dev"][half:]))
+    assert scored["metrics"]["heldout_dev"]["test_sentences"] == len(docs["dev"]) - half
+    proc = run(["python", "-m", "stages.report"], project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = (project / "data" / "reports" / "results" / "report.md").read_text()
+    assert f"test verses of {len(set(docs['test']))} books (doc-" in report  # drawn by the user's documents
+    assert "the second test set" in report and "doc-" in report.split("the second test set")[1][:400]

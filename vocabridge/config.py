@@ -39,12 +39,15 @@ class Cleaning:
 
 @dataclass
 class FileSpec:
-    """A user corpus: two aligned plain-text files (src, tgt) or one TSV (tsv, columns)."""
+    """A user corpus: two aligned plain-text files (src, tgt) or one TSV (tsv, columns), and optionally each line's
+    document (a `doc` TSV column, or `docs`: a file of one id a line): a held-out set is then resampled by
+    document, as the Bible's test set is by book."""
 
     src: str | None = None
     tgt: str | None = None
     tsv: str | None = None
-    columns: list[str] = field(default_factory=list)  # TSV column languages, default [lang.src, lang.tgt]
+    columns: list[str] = field(default_factory=list)  # TSV columns, default [lang.src, lang.tgt]; "doc": documents
+    docs: str | None = None  # one document id a line, aligned with the pairs
 
 
 @dataclass
@@ -52,6 +55,7 @@ class UserFiles:
     train: list[FileSpec] = field(default_factory=list)
     dev: list[FileSpec] = field(default_factory=list)
     test: list[FileSpec] = field(default_factory=list)
+    second_test: list[FileSpec] = field(default_factory=list)  # a second test set, scored and compared beside test
     mono: dict[str, list[str]] = field(default_factory=dict)  # language -> plain-text files
 
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
+
+from vocabridge.config import Lang
+from vocabridge.corpora.user import read_text_lines
+from vocabridge.significance import clusters_from_ids
 
 
 def score(hyps: list[str], refs: list[str]) -> dict:
@@ -21,9 +26,27 @@ def score(hyps: list[str], refs: list[str]) -> dict:
 def heldout_verses(verse_ids: list[str], selection: int) -> list[int]:
     """The second test set: indices of the dev verses (ids `BOOK.CHAPTER.VERSE`) of the books that none of the
     first `selection` dev verses (those checkpoint selection reads) comes from, in order."""
-    books = [verse.split(".", 1)[0] for verse in verse_ids]
+    books = clusters_from_ids(verse_ids)
     seen = set(books[:selection])
     return [i for i, book in enumerate(books) if book not in seen]
+
+
+def second_test_set(corpus: Path, lang: Lang, selection: int) -> tuple[list[str], list[str], list[str]]:
+    """The second test set of a prepared corpus folder, (sources, references, each sentence's book or document):
+    the user's `second_test` files whole where the corpus has them (documents from second_test.ids; without ids,
+    one document), else the dev sentences of the books or documents that none of the first `selection` dev
+    sentences (those checkpoint selection reads) comes from; empty where the corpus has neither (no dev.ids)."""
+    if (corpus / f"second_test.{lang.src}").is_file():
+        sources, refs = (read_text_lines(corpus / f"second_test.{code}") for code in (lang.src, lang.tgt))
+        ids = corpus / "second_test.ids"
+        return sources, refs, clusters_from_ids(read_text_lines(ids)) if ids.is_file() else ["second_test"] * len(refs)
+    if not (corpus / "dev.ids").is_file():
+        return [], [], []
+    verses = read_text_lines(corpus / "dev.ids")
+    books = clusters_from_ids(verses)
+    keep = heldout_verses(verses, selection)
+    sources, refs = (read_text_lines(corpus / f"dev.{code}") for code in (lang.src, lang.tgt))
+    return [sources[i] for i in keep], [refs[i] for i in keep], [books[i] for i in keep]
 
 
 def paired_bootstrap(baseline: tuple[str, list[str]], systems: list[tuple[str, list[str]]], refs: list[str],

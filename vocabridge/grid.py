@@ -15,6 +15,7 @@ import json
 import platform
 import shutil
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,12 @@ def condition_digest(training: dict, evaluate: dict, train_pairs: int) -> str:
     return knobs_digest({"finetune": {k: v for k, v in training.items() if k not in COMPUTE_ONLY},
                          "evaluate": {k: evaluate.get(k) for k in ("beam", "length_penalty", "upstream_sentences")},
                          "train_pairs": train_pairs})
+
+
+def decoding_digest(evaluate: dict) -> str:
+    """The condition of a row evaluated as it is (out-domain; no fine-tune): its decoding alone, so that its cells
+    pool whatever fine-tune budget or sample the other rows run under."""
+    return condition_digest({}, evaluate, 0)
 
 
 def text_digest(lines: list[str]) -> str:
@@ -176,7 +183,7 @@ class Gathered:
 
 def read_cells(folders: list[Path], expected: dict[str, str], seeds_of: dict[str, list[int]] | None = None,
                test_digest: str | None = None, conditions: dict[str, str] | None = None,
-               stamped: dict[str, dict] | None = None) -> Gathered:
+               stamped: dict[str, dict] | None = None, as_is: Collection[str] = ()) -> Gathered:
     """The records of the grid's rows found in `folders`, later folders winning for the same cell.
 
     `expected` maps each row to its knobs digest: a record of another digest ran other knobs and is left out, as is
@@ -184,7 +191,9 @@ def read_cells(folders: list[Path], expected: dict[str, str], seeds_of: dict[str
     condition_digest; a fine-tune's other budget, sample or decoding) or stamped with another condition than
     `stamped` gives its row (row -> the `condition` its records carry; the AB-Net rows', whose model settings no
     digest covers: a model that learns from the downstream pairs alone starts from the same weights whatever they
-    say). Records of rows not in the grid are ignored;
+    say). A row of `as_is` is evaluated without a fine-tune: its records' condition is their decoding's
+    (`decoding_digest` of the params they ran with; older records carry a digest with a budget they never used).
+    Records of rows not in the grid are ignored;
     so are extra seeds beyond `seeds_of` when it is given (None: every seed found counts, so later sessions' seeds
     add up)."""
     found: dict[Cell, CellRecord] = {}
@@ -204,6 +213,8 @@ def read_cells(folders: list[Path], expected: dict[str, str], seeds_of: dict[str
                 left_out.append((cell_dir, f"scored on another test set ({test} != {test_digest})"))
                 continue
             condition = record.data.get("condition_digest")
+            if record.row in as_is and isinstance(ran := (record.data.get("params") or {}).get("evaluate"), dict):
+                condition = decoding_digest(ran)
             if conditions is not None and condition != conditions.get(record.row):
                 left_out.append((cell_dir, f"another condition (fine-tune, sample or decoding: {condition} != "
                                            f"{conditions.get(record.row)})"))

@@ -172,15 +172,15 @@ def _totals(draws: np.ndarray, stats: np.ndarray) -> np.ndarray:
 
 
 def clusters_from_ids(ids: Sequence[str], level: Literal["book", "chapter"] = "book") -> list[str]:
-    """Each test sentence's cluster from the corpus's verse ids (`BOOK.CHAPTER.VERSE`, one a line in
-    data/corpora/downstream/test.ids): verses of one book (chapter) share its style and names."""
-    keep = 1 if level == "book" else 2
+    """Each test sentence's cluster from the corpus's ids (`BOOK.CHAPTER.VERSE`, one a line in
+    data/corpora/downstream/test.ids; a user's documents are `DOC.1.N`, DOC may hold dots): verses of one book
+    (chapter), sentences of one document, share its style and names."""
     out = []
     for verse in ids:
-        fields = verse.strip().split(".")
-        if len(fields) != 3:
+        fields = verse.strip().rsplit(".", 2)
+        if len(fields) != 3 or not all(fields):
             raise ValueError(f"verse id {verse!r}: expected BOOK.CHAPTER.VERSE")
-        out.append(".".join(fields[:keep]))
+        out.append(fields[0] if level == "book" else ".".join(fields[:2]))
     return out
 
 

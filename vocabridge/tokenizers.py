@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,18 @@ from vocabridge.progress import progress
 
 # Piece ids of the special tokens; the model directories of the NMT stages map them to Marian's ids.
 SPECIAL = {"unk_id": 0, "bos_id": -1, "eos_id": 1, "pad_id": 2}
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+
+
+class VocabularyTooLarge(InputError):
+    """More pieces asked than SentencePiece can make of the text (with hard_vocab_limit on); `most` is the largest
+    size it can."""
+
+    def __init__(self, name: str, asked: int, most: int, lines: int):
+        self.asked, self.most = asked, most
+        super().__init__(f"{name}.vocab_size: {asked} pieces do not fit these {lines} lines of text (SentencePiece "
+                         f"makes at most {most}); set {name}.vocab_size to at most {most}, or "
+                         f"{name}.hard_vocab_limit: false to take what fits")
 
 
 def train_spm(lines: list[str], cfg: SpmModel, seed: int, threads: int, name: str) -> bytes:
@@ -32,6 +45,8 @@ def train_spm(lines: list[str], cfg: SpmModel, seed: int, threads: int, name: st
             minloglevel=2, **SPECIAL,
         )
     except RuntimeError as err:
+        if found := _TOO_HIGH.search(str(err)):
+            raise VocabularyTooLarge(name, cfg.vocab_size, int(found.group(2)), len(lines)) from None
         raise InputError(f"{name}: SentencePiece training failed: {err}") from None
     return model.getvalue()
 
@@ -145,7 +160,12 @@ def mismatch(old: spm.SentencePieceProcessor | PieceVocabulary, new: spm.Sentenc
 def train_all(texts: dict[str, list[str]], cfgs: dict[str, SpmModel], seed: int, threads: int,
               name: str) -> dict[str, bytes]:
     """One model per language, with a progress bar over the languages."""
-    out = {}
+    out, too_large = {}, []
     for code in progress(sorted(texts), desc=f"train spm ({name})", unit="model"):
-        out[code] = train_spm(texts[code], cfgs[code], seed, threads, f"{name}.{code}")
+        try:
+            out[code] = train_spm(texts[code], cfgs[code], seed, threads, f"{name}.{code}")
+        except VocabularyTooLarge as err:  # both languages' sizes in one message
+            too_large.append(str(err))
+    if too_large:
+        raise InputError("; ".join(too_large))
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from vocabridge.config import LANGS, Lang, Prepare, UserFiles
 from vocabridge.corpora import bible, debian
 from vocabridge.corpora.cleaning import HELD_OUT, PairFilter, clean_segment, strip_context
-from vocabridge.corpora.user import read_pairs, read_text_lines
+from vocabridge.corpora.user import read_pairs, read_text_lines, read_user_pairs
 from vocabridge.errors import ConfigError
 from vocabridge.fileio import sha256_file, write_json, write_lines
 from vocabridge.progress import progress
@@ -69,6 +69,48 @@ def _user_pairs(files: UserFiles, split: str, lang: Lang, key: str) -> list[Pair
     return [(clean_segment(a), clean_segment(b)) for a, b in pairs]
 
 
+@dataclass
+class HeldOut:
+    """A user's dev or test set as it will be scored: every pair kept (duplicates too: a test set may repeat a
+    line) but those with an empty side, which are counted and named (`file:line`); each pair's id
+    `DOC.1.N` (N-th pair of document DOC) where documents were given (a file without them is one document)."""
+
+    pairs: list[Pair] = field(default_factory=list)
+    ids: list[str] | None = None
+    dropped: list[str] = field(default_factory=list)
+
+
+def _user_held_out(files: UserFiles, split: str, lang: Lang, key: str) -> HeldOut:
+    read = [read_user_pairs(spec, lang, f"{key}.files.{split}[{i}]") for i, spec in enumerate(getattr(files, split))]
+    with_docs = any(r.docs is not None for r in read)
+    out, counts = HeldOut(ids=[] if with_docs else None), {}
+    for spec, got in zip(getattr(files, split), read, strict=True):
+        docs = got.docs or [Path(spec.tsv or spec.src or "").name] * len(got.pairs)
+        for (a, b), origin, doc in zip(got.pairs, got.origins, docs, strict=True):
+            pair = (clean_segment(a), clean_segment(b))
+            if not pair[0] or not pair[1]:
+                out.dropped.append(origin)
+                continue
+            out.pairs.append(pair)
+            if out.ids is not None:
+                counts[doc] = counts.get(doc, 0) + 1
+                out.ids.append(f"{doc}.1.{counts[doc]}")
+    return out
+
+
+def _user_held_outs(files: UserFiles, lang: Lang, key: str, corpus: Corpus) -> dict[str, list[Pair]]:
+    """The user's dev, test and second test sets into `corpus` (ids, drops named); their pairs by split."""
+    out = {}
+    for split in ("dev", "test", "second_test"):
+        held = _user_held_out(files, split, lang, key)
+        out[split] = held.pairs
+        if held.ids is not None:
+            corpus.ids[split] = held.ids
+        if held.dropped:
+            corpus.dropped[split] = {"empty": len(held.dropped), "lines": held.dropped}
+    return out
+
+
 def _user_mono(files: UserFiles, key: str) -> dict[str, list[str]]:
     out = {}
     for code, paths in files.mono.items():
@@ -117,10 +159,9 @@ def build_upstream(cfg: Prepare, lang: Lang) -> Corpus:
 
     train_filter = PairFilter(cfg.cleaning)
     pool = list(train_filter(raw))
-    if user["dev"] or user["test"]:
-        held_filter = PairFilter(HELD_OUT)
-        splits = {"train": pool, "dev": list(held_filter(user["dev"])), "test": list(held_filter(user["test"]))}
-        corpus.dropped["dev_test"] = dict(held_filter.dropped)
+    if up.files.dev or up.files.test:
+        splits = {"train": pool} | _user_held_outs(up.files, lang, key, corpus)
+        splits.pop("second_test")
     else:
         splits = carve_held_out(pool, up.dev_size, up.test_size, cfg.seed)
     splits["train"], overlap = _drop_overlap(splits["train"], splits["dev"] + splits["test"])
@@ -159,18 +200,19 @@ def build_downstream(cfg: Prepare, lang: Lang) -> Corpus:
             raise ConfigError(f"{key}.files.train: the 'files' recipe needs training files")
         train_filter = PairFilter(cfg.cleaning)
         pool = list(train_filter(user["train"]))
-        if user["dev"] or user["test"]:
-            held_filter = PairFilter(HELD_OUT)
-            splits = {"train": pool, "dev": list(held_filter(user["dev"])),
-                      "test": list(held_filter(user["test"]))}
+        if down.files.dev or down.files.test:
+            splits = {"train": pool} | _user_held_outs(down.files, lang, key, corpus)
         else:
             splits = carve_held_out(pool, down.dev_size, down.test_size, cfg.seed)
-        splits["train"], overlap = _drop_overlap(splits["train"], splits["dev"] + splits["test"])
-        held_texts = {t for s in ("dev", "test") for p in splits[s] for t in p}
+            splits["second_test"] = _user_held_outs(down.files, lang, key, corpus)["second_test"]
+        held = [p for split in ("dev", "test", "second_test") for p in splits[split]]
+        splits["train"], overlap = _drop_overlap(splits["train"], held)
+        held_texts = {t for p in held for t in p}
         corpus.splits = splits
         corpus.dropped["train"] = dict(train_filter.dropped) | {"held_out_overlap": overlap}
         corpus.mono = {c: _dedup(lines, held_texts) for c, lines in _user_mono(down.files, key).items()}
-        corpus.sources["user_files"] = {s: len(p) for s, p in user.items()}
+        corpus.sources["user_files"] = {s: len(p) for s, p in user.items()} | (
+            {"second_test": len(splits["second_test"])} if splits["second_test"] else {})
         return corpus
     return _build_bible(cfg, corpus)
 
@@ -243,7 +285,8 @@ def _words(lines) -> int:
 def write_corpus(corpus: Corpus, out: Path, domain: str, recipe: str) -> dict:
     """Write the files and stats.json (pairs, drops, words, sources, sha256 of every file)."""
     out.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
+    splits = [*SPLITS, *(["second_test"] if corpus.splits.get("second_test") else [])]
+    for split in splits:
         pairs = corpus.splits[split]
         if not pairs:
             raise ConfigError(f"prepare.{domain}: the {split} split came out empty")
@@ -261,8 +304,8 @@ def write_corpus(corpus: Corpus, out: Path, domain: str, recipe: str) -> dict:
         "domain": domain,
         "recipe": recipe,
         "raw_pairs": corpus.raw_pairs,
-        "pairs": {s: len(corpus.splits[s]) for s in SPLITS},
-        "words": {s: {c: _words(p[i] for p in corpus.splits[s]) for i, c in enumerate(LANGS)} for s in SPLITS},
+        "pairs": {s: len(corpus.splits[s]) for s in splits},
+        "words": {s: {c: _words(p[i] for p in corpus.splits[s]) for i, c in enumerate(LANGS)} for s in splits},
         "mono": {c: {"lines": len(lines), "words": _words(lines)} for c, lines in corpus.mono.items()},
         **({"extra_pairs": len(corpus.extra)} if corpus.extra else {}),
         "dropped": corpus.dropped,
