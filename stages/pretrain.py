@@ -22,12 +22,12 @@ from pathlib import Path
 
 from stages import _paths as paths
 from vocabridge.cbow import domain_text, initialise_embeddings
+from vocabridge.checkpoint import resumable
 from vocabridge.config import Lang, UpstreamModel, load_params
 from vocabridge.corpora.sample import sample_pairs
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
-from vocabridge.nmt.checkpoint import resumable
 from vocabridge.nmt.model import build_model, copy_model_dir, save_model
 from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
 from vocabridge.nmt.vocab import domain_tag, pair_vocabs

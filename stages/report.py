@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
                         clusters=book_clusters(len(refs)), adapted=adapted, mismatch=mismatch, lang=lang,
                         upstream_sentences=params.evaluate.upstream_sentences, study=params.profile,
                         test_books=test_books, heldout=heldout_set(gathered.records, lang.tgt, bible),
-                        plms=study_plms(params.plms))
+                        plms=study_plms(params.plms), documents=not bible)
     with atomic_dir(paths.REPORTS / "results") as tmp:
         write_report(built, tmp)
     print(built.markdown)

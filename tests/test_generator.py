@@ -129,7 +129,7 @@ def test_interrupted_training_resumes_exactly(setup, tmp_path, sides):
     first = trainer(setup, tmp_path / "parts", cfg=replace(cfg, steps=4), sides=sides)
     first.train()
     assert {p.name for p in (tmp_path / "parts/ckpt/last").iterdir()} == {
-        "model.safetensors", "optimizer.safetensors", "state.json"}  # vocabridge/nmt/checkpoint.py's layout
+        "model.safetensors", "optimizer.safetensors", "state.json"}  # vocabridge/checkpoint.py's layout
     assert not list((tmp_path / "parts/ckpt/last").glob("*.pt")) and not list((tmp_path / "parts").rglob("*.bin"))
     second = trainer(setup, tmp_path / "parts", cfg=cfg, sides=sides)  # a fresh process would start like this
     state = second.train()

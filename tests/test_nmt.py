@@ -265,7 +265,7 @@ def test_user_model_directories_are_checked(tmp_path, vocabs):
 
 
 def test_checkpoint_of_another_layout_or_configuration_is_removed_not_resumed(tmp_path):
-    from vocabridge.nmt.checkpoint import load_checkpoint, save_checkpoint
+    from vocabridge.checkpoint import load_checkpoint, save_checkpoint
 
     module = torch.nn.Linear(3, 2)
     optimizer = torch.optim.Adam(module.parameters(), lr=0.1)

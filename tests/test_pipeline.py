@@ -908,5 +908,6 @@ def test_a_users_own_corpus_is_checked_before_training_then_scored_whole_by_docu
     proc = run(["python", "-m", "stages.report"], project)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = (project / "data" / "reports" / "results" / "report.md").read_text()
-    assert f"test verses of {len(set(docs['test']))} books (doc-" in report  # drawn by the user's documents
-    assert "the second test set" in report and "doc-" in report.split("the second test set")[1][:400]
+    assert f"{len(test) + 1} test sentences of {len(set(docs['test']))} documents (doc-" in report
+    assert "over seeds and test documents" in report  # drawn by the user's documents
+    assert f"is the {len(docs['dev']) - half} sentences of {len(set(docs['dev'][half:]))} documents (doc-" in report

@@ -837,7 +837,7 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
                 clusters: Sequence[str] | None = None, adapted: frozenset[str] | set[str] = frozenset(),
                 mismatch: dict | None = None, lang=None, upstream_sentences: int | None = None,
                 study: str = "", test_books: Sequence[str] | None = None, heldout: HeldOut | None = None,
-                plms: dict[str, tuple[pd.DataFrame, dict]] | None = None) -> Built:
+                plms: dict[str, tuple[pd.DataFrame, dict]] | None = None, documents: bool = False) -> Built:
     """The report of a grid from its cell records: `rows` the grid's rows in order, `refs` the test references the
     records' hypotheses were scored against, `cfg` the report settings (vocabridge.config.Report: baseline and
     also_against are row names), `seeds` the grid's seeds (cells not found are listed as not finished),
@@ -847,7 +847,7 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     `test_books` the test set's books as the report names them (None: the distinct `clusters`), `heldout` the
     second test set (None: none; a record counts on it when its dev_hyp.txt has a line per sentence and its
     `heldout_dev_test.digest` is the set's), `plms` the study's own BERTs (language -> their curve.csv and metrics;
-    None: none)."""
+    None: none), `documents` whether the clusters are a user's documents (else the Bible's books)."""
     left_out = list(gathered.left_out)
     records = []
     for record in gathered.records:
@@ -981,11 +981,12 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     for paper, layout, verdicts in papers:
         tables[f"paper_{paper.key}"], tables[f"paper_{paper.key}_orderings"] = layout, verdicts
     sets = test_sets_sentence(len(refs), test_books if test_books is not None else
-                              sorted(set(clusters)) if clusters else None, heldout, dev_by_row, len(records))
+                              sorted(set(clusters)) if clusters else None, heldout, dev_by_row, len(records),
+                              documents)
     markdown = _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves,
                          threshold, cfg, clusters, forgetting, extension, correlations, shared_vocab, fit,
                          upstream_sentences, diagnostics, missing_rows, left_out, seeds, baseline, sets, conditions,
-                         more=_speed_and_plm_markdown(speed, plm_lines, baseline))
+                         more=_speed_and_plm_markdown(speed, plm_lines, baseline), documents=documents)
     return Built(markdown, tables, grouped_curves, threshold, missing_rows, left_out)
 
 
@@ -1002,27 +1003,31 @@ def _heldout_bleu(record: CellRecord, stats: np.ndarray) -> float:
 
 
 def test_sets_sentence(sentences: int, test_books: Sequence[str] | None, heldout: HeldOut | None,
-                       dev_by_row: dict[str, list[CellRecord]], cells: int) -> str:
-    """Which books each test set has, in one sentence."""
-    first = (f"The test set is the {sentences} test verses of {_books(test_books)}" if test_books
-             else f"The test set is {sentences} test sentences (no verse ids: books not known)")
+                       dev_by_row: dict[str, list[CellRecord]], cells: int, documents: bool = False) -> str:
+    """Which books (a user's documents) each test set has, in one sentence."""
+    verses, book = ("sentences", "document") if documents else ("verses", "book")
+    first = (f"The test set is the {sentences} test {verses} of {_books(test_books, book)}" if test_books
+             else f"The test set is {sentences} test sentences (no ids: {book}s not known)")
     if heldout is None:
-        return first + "; there is no second test set (no cell has the held-out dev books' translations)."
+        return first + "; there is no second test set (no cell has its translations)."
     have = sum(len(members) for members in dev_by_row.values())
-    return (first + f"; the second test set, `{DEV}`, is the {len(heldout.refs)} dev verses of "
-            f"{_books(heldout.books)}, books that no checkpoint selection read ({have} of the {cells} cells have "
-            "it; the others have no second-set figure).")
+    what = (f"the {len(heldout.refs)} sentences of {_books(heldout.books, book)}, a test file that no checkpoint "
+            "selection read" if documents else f"the {len(heldout.refs)} dev verses of {_books(heldout.books)}, "
+            "books that no checkpoint selection read")
+    return (first + f"; the second test set, `{DEV}`, is {what} ({have} of the {cells} cells have it; the others "
+            "have no second-set figure).")
 
 
-def _books(books: Sequence[str]) -> str:
+def _books(books: Sequence[str], noun: str = "book") -> str:
     books = list(books)
-    return f"book {books[0]}" if len(books) == 1 else \
-        f"{len(books)} books ({', '.join(books[:-1])} and {books[-1]})"
+    return f"{noun} {books[0]}" if len(books) == 1 else \
+        f"{len(books)} {noun}s ({', '.join(books[:-1])} and {books[-1]})"
 
 
 def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves, threshold, cfg,
               clusters, forgetting, extension, correlations, shared_vocab, fit, upstream_sentences, diagnostics,
-              missing_rows, left_out, seeds, baseline, sets="", conditions=None, more: Sequence[str] = ()) -> str:
+              missing_rows, left_out, seeds, baseline, sets="", conditions=None, more: Sequence[str] = (),
+              documents: bool = False) -> str:
     """report.md: the answer first (the papers' tables, one line per grid row), then the plots and the other
     sections (`more` last of them), then where the cells came from."""
     machines = cells["machine"].nunique() if len(cells) else 0
@@ -1033,7 +1038,7 @@ def _markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests,
             + (f"; {len(left_out)} record(s) left out" if left_out else "")
             + ". Where each cell came from: the appendix; every cell's figures: `cells.csv`."
             + (f"\n\n{sets}" if sets else ""))
-    units = "test books" if clusters else "test sentences"
+    units = f"test {'documents' if documents else 'books'}" if clusters else "test sentences"
     method = (f"Intervals and p are over seeds and {units} ({cfg.bootstrap_samples} draws of the {units} with "
               f"replacement, shared by both sides; a t interval over seeds, vocabridge.significance): paired "
               f"(per-seed differences) where both rows' cells have the same seeds on the same upstream model, "

@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 import torch
 from safetensors.torch import load_model, save_model
 
+from vocabridge.checkpoint import checkpoint_record, load_checkpoint, save_checkpoint
 from vocabridge.errors import VocabridgeError
 from vocabridge.fileio import atomic_dir, recover_dir
-from vocabridge.nmt.checkpoint import checkpoint_record, load_checkpoint, save_checkpoint
 from vocabridge.progress import progress, write
 
 

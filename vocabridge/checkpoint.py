@@ -1,4 +1,5 @@
-"""Resumable training checkpoints, shared by the NMT trainer and the embedding-generator trainer.
+"""Resumable training checkpoints, shared by every trainer of the one training loop (translation, masked LM,
+embedding generator).
 
 A checkpoint is the folder `last` of a run's checkpoint directory, written atomically: the module's weights
 (model.safetensors), the optimizer's state and torch's RNG (optimizer.safetensors), and a JSON record that
