@@ -239,6 +239,12 @@ def test_a_users_second_test_file_is_the_second_test_set_with_its_documents(tmp_
                for seed in (1, 2)]
     found = heldout_set(records, "en", bible=False)
     assert found == HeldOut(DEV_REFS, DEV_BOOKS, HELDOUT.digest, ["44", "45"])  # a user's documents keep their ids
+    from vocabridge.report import test_sets_sentence
+
+    assert test_sets_sentence(36, ["law", "med"], found, {"ft-srcv": records}, 2, documents=True) == (
+        "The test set is the 36 test sentences of 2 documents (law and med); the second test set, `(dev books)`, is "
+        "the 24 sentences of 2 documents (44 and 45), a test file that no checkpoint selection read (2 of the 2 "
+        "cells have it; the others have no second-set figure).")
     (corpus / "second_test.ids").unlink()  # no documents: one, drawn sentence by sentence
     (corpus / "second_test.en").write_text("\n".join(DEV_REFS) + "\n")
     assert heldout_set(records, "en", bible=False) is None  # recorded books 44, 45: not this set's
