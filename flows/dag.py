@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import time
 import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,35 +37,9 @@ def cores() -> int:
 def busy_elsewhere(interval: float = 0.5) -> int:
     """Whole cores that other work on the machine keeps busy (`cpu_elsewhere`, rounded): cores a stage's torch
     threads should not fight for."""
+    from vocabridge.nmt.precision import cpu_elsewhere
+
     return max(0, min(cores(), round(cpu_elsewhere(interval))))
-
-
-def cpu_elsewhere(interval: float = 0.5) -> float:
-    """Cores' worth of CPU that processes other than this one and its children (the stages it runs) used over
-    `interval` seconds."""
-    import psutil
-
-    me = psutil.Process()
-
-    def ours() -> float:
-        total = 0.0
-        for proc in [me, *me.children(recursive=True)]:
-            try:
-                times = proc.cpu_times()
-                total += times.user + times.system
-            except psutil.Error:  # ended in between
-                continue
-        return total
-
-    def busy() -> float:
-        times = psutil.cpu_times()
-        return sum(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "steal", 0.0) \
-            - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-
-    start, own, clock = busy(), ours(), time.monotonic()
-    time.sleep(interval)
-    elapsed = time.monotonic() - clock
-    return ((busy() - start) - (ours() - own)) / elapsed
 
 
 def share_cores(jobs: int) -> int:

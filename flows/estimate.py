@@ -313,10 +313,14 @@ def priced_from_cells(root: Path, params: Params, cells: list[Cell]) -> dict[str
 
 
 def heldout_sentences(params: Params, corpus: Path, dev: int, selection: int) -> int:
-    """The evaluate stage's second test set (the dev verses of books no checkpoint selection read), decoded like
-    the first: counted from the prepared verse ids, or, before prepare, every dev verse past the selection's."""
+    """The evaluate stage's second test set (a user's second test file, or the dev verses of books no checkpoint
+    selection read), decoded like the first: counted from the prepared files, or, before prepare, every dev verse
+    past the selection's."""
     if not params.evaluate.heldout_dev:
         return 0
+    second = corpus / f"second_test.{params.lang.src}"
+    if second.is_file():
+        return len(second.read_text(encoding="utf-8").splitlines())
     ids = corpus / "dev.ids"
     if ids.is_file():
         return len(heldout_verses(ids.read_text(encoding="utf-8").splitlines(), selection))
@@ -362,7 +366,12 @@ def format_estimate(est: Estimate, profile: str) -> str:
         lines.append("note: on one GPU the stages that run at once take turns on it, and the flow's figure assumes "
                      "they do not slow each other: a flow priced at 9.2 min with 4 at once ran about 16 min on an "
                      "H100 (results/plm-gpu-attempt); plan between the two totals")
-    if m.load > 0.5 * est.cores:
+    if m.elsewhere >= 0.5:
+        lines.append(f"note: other work held {m.elsewhere:.1f} of {est.cores} cores while measuring: one thread was "
+                     "timed, by the CPU time it got (what the work takes on a core of its own), and stages with more "
+                     "threads are priced at one thread's pace; `vocabridge estimate --fresh` on a quiet machine "
+                     "prices them at their own")
+    elif m.load > 0.5 * est.cores:
         lines.append(f"warning: the load average was {m.load:.1f} on {est.cores} cores while measuring: other work "
                      "shared the CPU and every figure is too high; `vocabridge estimate --fresh` on a quiet machine")
     return "\n".join(lines)

@@ -305,6 +305,7 @@ def test_a_real_measurement_of_the_tiny_profile(tmp_path, monkeypatch):
     import vocabridge.estimate as estimate
 
     monkeypatch.setenv("VOCABRIDGE_CACHE", str(tmp_path))
+    monkeypatch.setattr(estimate, "cpu_elsewhere", lambda interval: 0.0)  # timed as on a quiet machine (the next test)
     beside = []
 
     def timed_beside(*args):  # the real timing, its figure kept to check what measure makes of it
@@ -326,6 +327,48 @@ def test_a_real_measurement_of_the_tiny_profile(tmp_path, monkeypatch):
     # it never speeds it up; a faster figure is noise)
     (seconds,) = beside
     assert seconds > 0 and found.beside == round(max(1.0, seconds / found.train["finetune-downstream"][1]), 3)
+
+
+def test_a_timing_beside_other_work_is_the_cpu_time_the_work_got(monkeypatch):
+    """On one core shared with a busy loop, a one-thread timing by the wall clock takes about twice its time alone;
+    `measure` reads it off the CPU time the work got instead, close to its time alone."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    import vocabridge.estimate as estimate
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs CPU affinity (Linux)")
+    core = min(os.sched_getaffinity(0))
+    saved, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    torch.set_num_threads(1)
+    a, b = torch.randn(160, 160), torch.randn(160, 160)
+
+    def timed() -> float:
+        start = estimate._clock()
+        for _ in range(1500):
+            a @ b
+        return estimate._clock() - start
+
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(0, {core})
+        os.sched_setaffinity(loop.pid, {core})
+        wall = timed()  # the wall clock: the loop takes about half the core
+        monkeypatch.setattr(estimate, "_CPU_TIME", True)
+        cpu = timed()
+        loop.kill()
+        loop.wait()
+        alone = timed()
+    finally:
+        loop.kill()
+        os.sched_setaffinity(0, saved)
+        torch.set_num_threads(threads)
+    assert wall > 1.5 * cpu, (wall, cpu)
+    assert cpu < 1.3 * alone, (cpu, alone)
 
 
 @pytest.mark.e2e

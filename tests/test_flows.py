@@ -114,7 +114,7 @@ def test_other_work_is_measured_and_the_flow_s_own_stages_are_not(tmp_path):
     """A busy process outside the flow's process tree counts; the same loop as the flow's own child does not."""
     import subprocess
 
-    from flows.dag import cpu_elsewhere
+    from vocabridge.nmt.precision import cpu_elsewhere
 
     loop = "import time\nend = time.time() + 8\nwhile time.time() < end: pass\n"
     child = subprocess.Popen([sys.executable, "-c", loop])

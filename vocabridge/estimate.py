@@ -29,7 +29,7 @@ import torch
 
 from vocabridge.config import AbnetModel, Arch, Params, Training
 from vocabridge.nmt.model import use_fast_attention
-from vocabridge.nmt.precision import cached, describe_cpu
+from vocabridge.nmt.precision import cached, cpu_elsewhere, describe_cpu
 from vocabridge.nmt.train import threads_of
 
 # Mean pieces per training segment (source, target) when the corpora are not prepared yet: the default corpora
@@ -63,6 +63,7 @@ class Machine:
     beam: dict[int, float] = field(default_factory=dict)  # threads -> s/sentence (evaluate's decoder)
     precision: dict[str, str] = field(default_factory=dict)  # kind -> bf16 | fp32
     beside: float = 1.0  # slow-down of a one-thread stage while others run beside it on the other cores
+    elsewhere: float = 0.0  # cores that other work held when measured: one thread timed by its CPU time (`_clock`)
     measured_in: float = 0.0
     load: float = 0.0  # the 1-minute load average when measured: other work sharing the CPU inflates every figure
 
@@ -76,6 +77,16 @@ class Machine:
         data["train"], data["greedy"] = cls._ints(data["train"]), cls._ints(data["greedy"])
         data["beam"] = {int(t): s for t, s in data["beam"].items()}
         return cls(**data)
+
+
+_CPU_TIME = False  # `measure` sets it while other work holds cores
+
+
+def _clock() -> float:
+    """What timings are read off: wall time; where other work holds cores while `measure` times (`_CPU_TIME`)
+    and the timed work runs on one thread, the CPU time this process got, which is what the work takes on a core
+    of its own (a timing beside other work would otherwise price the whole run at the other work's pace)."""
+    return time.process_time() if _CPU_TIME and torch.get_num_threads() == 1 else time.perf_counter()
 
 
 def vocab_size(params: Params, domain: str) -> int:
@@ -146,11 +157,11 @@ def _seconds_per_update(update: Callable[[], None], device: torch.device) -> flo
     for _ in range(WARMUP_UPDATES):  # the first updates allocate and pick kernels: slower than the rest
         update()
     _sync(device)
-    started = time.perf_counter()
+    started = _clock()
     for _ in range(TIMED_UPDATES):
         update()
     _sync(device)
-    return (time.perf_counter() - started) / TIMED_UPDATES
+    return (_clock() - started) / TIMED_UPDATES
 
 
 def time_updates(arch: Arch, vocab: int, pieces: tuple[int, int], cfg: Training, threads: int, device: torch.device,
@@ -277,21 +288,21 @@ def time_abnet(params: Params, vocab: int, pieces: int, threads: int, device: to
         for beam in (1, params.evaluate.beam):  # greedy dev BLEU, beam search at test time
             search(model, sentences[:2], keep[:2], SPECIAL_IDS, beam, max_len=4)  # warm-up
             _sync(device)
-            started = time.perf_counter()
+            started = _clock()
             search(model, sentences, keep[: len(sentences)], SPECIAL_IDS, beam, max_len=length - 2)
             _sync(device)
-            searched.append((time.perf_counter() - started) / len(sentences))
+            searched.append((_clock() - started) / len(sentences))
         return per_update, searched[0], searched[1], trainer.precision.name
     mask_predict(model, sentences, keep[: len(sentences)], SPECIAL_IDS, decoding.length_candidates, 1)  # warm-up
 
     def per_sentence(how) -> float:
         _sync(device)
-        started = time.perf_counter()
+        started = _clock()
         # random weights stop early; a trained model runs about half of its iterations (T/2)
         mask_predict(model, sentences, keep[: len(sentences)], SPECIAL_IDS, how.length_candidates,
                      max(1, how.iterations // 2))
         _sync(device)
-        return (time.perf_counter() - started) / len(sentences)
+        return (_clock() - started) / len(sentences)
 
     test = per_sentence(decoding)
     dev = test if params.abnet.dev_decoding == decoding else per_sentence(params.abnet.dev_decoding)
@@ -350,10 +361,10 @@ def time_greedy(arch: Arch, vocab: int, pieces: tuple[int, int], threads: int, d
     ids = _sources(vocab, sentences, pieces[0], device)
     kwargs = {"num_beams": 1, "do_sample": False, "min_new_tokens": pieces[1], "max_new_tokens": pieces[1]}
     model.generate(input_ids=ids[:2], attention_mask=torch.ones_like(ids[:2]), **kwargs)
-    started = time.perf_counter()
+    started = _clock()
     model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
     _sync(device)
-    return (time.perf_counter() - started) / len(ids)
+    return (_clock() - started) / len(ids)
 
 
 def time_beam(params: Params, vocab: int, pieces: tuple[int, int], threads: int, device: torch.device,
@@ -367,9 +378,9 @@ def time_beam(params: Params, vocab: int, pieces: tuple[int, int], threads: int,
         kwargs = {"num_beams": cfg.beam, "do_sample": False, "min_new_tokens": pieces[1], "max_new_tokens": pieces[1]}
         with torch.inference_mode():
             model.to(device).generate(input_ids=ids[:2], attention_mask=torch.ones_like(ids[:2]), **kwargs)
-            started = time.perf_counter()
+            started = _clock()
             model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
-        return (time.perf_counter() - started) / len(ids)
+        return (_clock() - started) / len(ids)
     import ctranslate2
     import numpy as np
 
@@ -385,29 +396,43 @@ def time_beam(params: Params, vocab: int, pieces: tuple[int, int], threads: int,
         batch = [[tokens[i] for i in rng.integers(2, vocab - 1, pieces[0] - 1)] + ["</s>"] for _ in range(sentences)]
         opts = {"beam_size": cfg.beam, "min_decoding_length": pieces[1], "max_decoding_length": pieces[1]}
         translator.translate_batch(batch[:2], **opts)
-        started = time.perf_counter()
+        started = _clock()
         translator.translate_batch(batch, **opts)
-        return (time.perf_counter() - started) / sentences
+        return (_clock() - started) / sentences
 
 
 def time_startup() -> float:
     """Seconds a stage's process spends importing its libraries before it does anything."""
-    started = time.perf_counter()
+    started = time.monotonic()
     subprocess.run([sys.executable, "-c", "import torch, transformers, sacrebleu, pandas, vocabridge.config"],
                    check=True, capture_output=True)
-    return time.perf_counter() - started
+    return time.monotonic() - started
 
 
 def measure(params: Params, cores: int | None = None, device: torch.device | None = None,
             progress: bool = True) -> Machine:
-    """Time this machine on the profile's models (about 30-60 s on a 2-core CPU for the default profile)."""
+    """Time this machine on the profile's models (about 30-60 s on a 2-core CPU for the default profile). Where
+    other work holds a core (`cpu_elsewhere`), only one thread is timed, by the CPU time it got (`_clock`): stages
+    with more threads are then priced at one thread's figure, and `Machine.elsewhere` says so."""
+    global _CPU_TIME
+    try:
+        return _measure(params, cores, device, progress)
+    finally:
+        _CPU_TIME = False
+
+
+def _measure(params: Params, cores: int | None, device: torch.device | None, progress: bool) -> Machine:
     cores = cores or threads_of(0)
     device = device or torch.device("cuda" if params.compute.device in ("auto", "cuda") and torch.cuda.is_available()
                                     else "cpu")
-    thread_counts = sorted({1, cores}) if device.type == "cpu" else [cores]
-    started = time.perf_counter()
+    global _CPU_TIME
+    elsewhere = cpu_elsewhere(1.0) if device.type == "cpu" else 0.0
+    busy = elsewhere >= 0.5  # other work holds a core: one thread, timed by the CPU time it got
+    thread_counts = ([1] if busy else sorted({1, cores})) if device.type == "cpu" else [cores]
+    started = time.monotonic()
     saved_threads = torch.get_num_threads()
-    machine = Machine(cpu=describe_cpu() | {"cores": cores}, device=str(device))
+    machine = Machine(cpu=describe_cpu() | {"cores": cores}, device=str(device), elsewhere=round(elsewhere, 2))
+    _CPU_TIME = busy
 
     def note(what: str) -> None:
         if progress:
@@ -454,7 +479,7 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
             note(f"{kind} updates and decoding at {threads} thread(s)")
             (machine.train[kind][threads], machine.greedy[kind][threads], machine.greedy[f"{kind}-test"][threads],
              machine.precision[kind]) = time_abnet(params, vocab, down[0], threads, device, spec)
-    if device.type == "cpu" and cores > 1:
+    if device.type == "cpu" and cores > 1 and not busy:  # beside other work the twins would time it, not ours
         note(f"finetune updates at 1 thread, {cores - 1} beside it")
         alone = machine.train["finetune-downstream"][1]
         beside = time_beside(arch, vocab_size(params, "downstream"), down, params.finetune.train, cores - 1)
@@ -466,7 +491,7 @@ def measure(params: Params, cores: int | None = None, device: torch.device | Non
     note(f"beam search ({params.evaluate.decoder}, beam {params.evaluate.beam})")
     machine.beam = {t: time_beam(params, vocab_size(params, "downstream"), down, t, device) for t in thread_counts}
     torch.set_num_threads(saved_threads)
-    machine.measured_in = round(time.perf_counter() - started, 1)
+    machine.measured_in = round(time.monotonic() - started, 1)
     machine.load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0
     return machine
 

@@ -70,6 +70,34 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def cpu_elsewhere(interval: float = 0.5) -> float:
+    """Cores' worth of CPU that processes other than this one and its children used over `interval` seconds:
+    other work on the machine, which makes every timing taken meanwhile too slow."""
+    import psutil
+
+    me = psutil.Process()
+
+    def ours() -> float:
+        total = 0.0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:  # ended in between
+                continue
+        return total
+
+    def busy() -> float:
+        times = psutil.cpu_times()
+        return sum(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "steal", 0.0) \
+            - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+    start, own, clock = busy(), ours(), time.monotonic()
+    time.sleep(interval)
+    elapsed = time.monotonic() - clock
+    return ((busy() - start) - (ours() - own)) / elapsed
+
+
 def describe_cpu() -> dict:
     """What every reported timing names: CPU, torch's ISA level, native bf16 yes/no, threads, cores."""
     return {"cpu": cpu_name(), "capability": torch.backends.cpu.get_cpu_capability(),
