@@ -139,7 +139,8 @@ def test_a_cells_figures_and_a_verdict_in_one_table_cell(tmp_path):
 
 
 def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering():
-    from vocabridge.report import SATO_TABLE_3, ordering_verdicts, paper_layout
+    from vocabridge.papers import SATO_TABLE_3
+    from vocabridge.report import ordering_verdicts, paper_layout
     from vocabridge.significance import Comparison
 
     seeds = pd.DataFrame([{"group": "va-llm", "seeds": 3, "bleu_mean": 10.2, "bleu_std": 0.6},
@@ -173,7 +174,8 @@ def test_the_papers_tables_sit_beside_ours_with_a_verdict_per_published_ordering
 
 
 def test_sato_table_5_tests_back_translation_and_its_orthogonality_to_va_llm():
-    from vocabridge.report import PAPER_TABLES, SATO_TABLE_5, ordering_verdicts
+    from vocabridge.papers import PAPER_TABLES, SATO_TABLE_5
+    from vocabridge.report import ordering_verdicts
     from vocabridge.significance import Comparison
 
     assert SATO_TABLE_5 in PAPER_TABLES
@@ -192,7 +194,8 @@ def test_sato_table_5_tests_back_translation_and_its_orthogonality_to_va_llm():
 
 
 def test_a_tiny_p_after_holm_reads_as_below_a_bound_not_as_zero():
-    from vocabridge.report import SATO_TABLE_5, _paper_markdown, ordering_verdicts, p_text, paper_layout
+    from vocabridge.papers import SATO_TABLE_5
+    from vocabridge.report import _paper_markdown, ordering_verdicts, p_text, paper_layout
     from vocabridge.significance import Comparison
 
     assert p_text(0.0) == "<0.0001" and p_text(0.02791) == "0.028" and p_text(None) is None
@@ -208,7 +211,8 @@ def test_a_tiny_p_after_holm_reads_as_below_a_bound_not_as_zero():
 
 
 def test_a_second_test_set_and_the_condition_sit_beside_each_ordering():
-    from vocabridge.report import DIFFER, LIU_TABLE_2, RowCondition, condition_text, ordering_verdicts, verdict_text
+    from vocabridge.papers import LIU_TABLE_2
+    from vocabridge.report import DIFFER, RowCondition, condition_text, ordering_verdicts, verdict_text
     from vocabridge.significance import Comparison
 
     def comparison(delta, p_value=0.01, seeds=5):
@@ -320,7 +324,8 @@ def test_a_budget_names_what_its_patience_watches():
 
 
 def test_a_table_that_varies_the_pretrained_models_gives_verdicts_across_them():
-    from vocabridge.report import DIFFER, DUAN_TABLE_4, GUO_TABLE_1, RowCondition, ordering_verdicts, table_condition
+    from vocabridge.papers import DUAN_TABLE_4, GUO_TABLE_1
+    from vocabridge.report import DIFFER, RowCondition, ordering_verdicts, table_condition
     from vocabridge.significance import Comparison
 
     def comparison(delta):

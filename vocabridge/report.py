@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from vocabridge.grid import CellRecord, Gathered
+from vocabridge.papers import GUO_LATENCY_MS, PAPER_TABLES, PaperTable
 from vocabridge.significance import (
     ALPHA,
     MIN_SEEDS,
@@ -146,84 +147,6 @@ def table_condition(rows: Sequence[str], conditions: dict[str, RowCondition], va
             + f", budget {over('budget')}, seeds {over('seeds', lambda v: _seed_list(v) or '?')}, "
               f"machines {over('machines')}")
 
-
-@dataclass(frozen=True)
-class PaperTable:
-    """A published results table: each row under the paper's name with the row of ours that runs it, and the
-    orderings the paper reports (better, worse), which our runs either reproduce or not."""
-
-    key: str  # file names: paper_KEY.csv
-    source: str
-    rows: tuple[tuple[str, str, float], ...]  # (the paper's row, our row, published BLEU)
-    orderings: tuple[tuple[str, str], ...]  # (our better row, our worse row) as the paper has them
-    # the rows differ in pretrain.init by design (which pretrained language models a model starts from, or none):
-    # an ordering across them is what the table tests, a verdict, not a comparison of unlike conditions
-    varies: bool = False
-
-
-SATO_TABLE_3 = PaperTable(
-    "sato2020_table3", "published: Sato et al. 2020, Table 3, De-En IT->Law, 100k",
-    (("Out-domain", "out-domain", 2.58), ("In-domain", "in-domain", 18.79), ("MDL", "mdl", 24.03),
-     ("FT-srcV", "ft-srcv", 24.59), ("FT-tgtV", "ft-tgtv", 24.87), ("VA-CBoW", "va-cbow", 21.88),
-     ("VA-Linear", "va-linear", 25.20), ("VA-LLM", "va-llm", 26.40)),
-    (("ft-tgtv", "ft-srcv"), ("va-llm", "va-linear"), ("va-linear", "va-cbow"), ("va-llm", "ft-srcv"),
-     ("va-llm", "ft-tgtv"), ("ft-srcv", "in-domain"), ("va-llm", "mdl")))
-# Table 5's De->En columns: FT-srcV is Table 3's; VA-LLM's CBOW vectors learn from the monolingual text too, as ours
-# always do (their Table 3's from the parallel text only); +BT fine-tunes on back-translated monolingual text too
-SATO_TABLE_5 = PaperTable(
-    "sato2020_table5", "published: Sato et al. 2020, Table 5, De-En IT->Law, 100k + monolingual",
-    (("FT-srcV", "ft-srcv", 24.59), ("FT-srcV + BT", "ft-srcv-bt", 25.81), ("VA-LLM", "va-llm", 27.87),
-     ("VA-LLM + BT", "va-llm-bt", 28.43)),
-    (("ft-srcv-bt", "ft-srcv"), ("va-llm-bt", "va-llm"), ("va-llm-bt", "ft-srcv-bt")))
-# every vocabulary transfer of Liu et al.'s Table 2 is on the decoder side only: our `-dec` rows
-LIU_TABLE_2 = PaperTable(
-    "liu2021_table2", "published: Liu et al. 2021, Table 2, En-Zh Thesis, decoder side",
-    (("Single-Run", "in-domain", 34.51), ("Pretrain-Finetune", "ft-srcv", 30.21),
-     ("Downstream Vocab", "ft-tgtv", 31.70), ("Joint Vocab", "joint-vocab", 35.01), ("BPE-Drop", "bpe-drop", 32.41),
-     ("Random Init", "ft-tgtv-random-dec", 36.33), ("Word2Vec", "word2vec", 36.21),
-     ("Embedding Recon", "embedding-recon", 36.25), ("Independent Encoder", "independent-encoder", 34.77),
-     ("CBOW", "va-cbow-dec", 36.12), ("AVG-EG", "avg-eg", 37.03), ("ATT-EG", "att-eg", 37.40),
-     ("PATT-EG", "patt-eg", 37.72), ("PATT-EG + KD", "patt-eg-kd", 37.90)),
-    (("ft-tgtv-random-dec", "ft-srcv"), ("ft-tgtv-random-dec", "word2vec"), ("ft-tgtv-random-dec", "embedding-recon"),
-     ("avg-eg", "ft-tgtv-random-dec"), ("att-eg", "avg-eg"), ("patt-eg", "att-eg"), ("patt-eg-kd", "patt-eg"),
-     ("patt-eg-kd", "ft-tgtv-random-dec"), ("joint-vocab", "ft-tgtv"), ("in-domain", "ft-srcv")))
-# Duan & Zhao's training objectives (Eq. 9): each ablation is an abnets entry with its own `sponsored` keys and a row
-# of the same name (profiles/plm.yaml); De-En, the pipeline's default direction
-DUAN_TABLE_3 = PaperTable(
-    "duan2023_table3", "published: Duan & Zhao 2023, Table 3, IWSLT14 De-En, PLM-sponsored model's losses",
-    (("Our Model", "plm-nmt", 37.5), ("-L_MLM", "plm-nmt-no-mlm", 36.8), ("-L_T", "plm-nmt-no-lt", 36.7),
-     ("-L_kd", "plm-nmt-no-kd", 36.9), ("-L_MLM & L_kd", "plm-nmt-no-mlm-kd", 36.6),
-     ("-L_MLM & L_T & L_kd", "plm-nmt-nmt-only", 36.2), ("+L_fkd -L_kd", "plm-nmt-full-kd", 36.8)),
-    (("plm-nmt", "plm-nmt-no-mlm"), ("plm-nmt", "plm-nmt-no-lt"), ("plm-nmt", "plm-nmt-no-kd"),
-     ("plm-nmt-no-kd", "plm-nmt-no-mlm"), ("plm-nmt-no-mlm-kd", "plm-nmt-nmt-only"),
-     ("plm-nmt", "plm-nmt-full-kd")))
-# Table 4: the PLM removed from one side (abnets.NAME.plms: decoder keeps the target BERT only, "No PLM (Encoder)"),
-# from both, and TF-base, a Transformer trained on the task's data alone: our in-domain
-DUAN_TABLE_4 = PaperTable(
-    "duan2023_table4", "published: Duan & Zhao 2023, Table 4, IWSLT14 De-En, PLMs removed",
-    (("Our Model", "plm-nmt", 37.5), ("No PLM (Encoder)", "plm-nmt-no-plm-enc", 35.0),
-     ("No PLM (Decoder)", "plm-nmt-no-plm-dec", 36.5), ("No PLM", "plm-nmt-no-plm", 34.7),
-     ("TF-base", "in-domain", 34.1)),
-    (("plm-nmt", "plm-nmt-no-plm-enc"), ("plm-nmt", "plm-nmt-no-plm-dec"), ("plm-nmt-no-plm-dec", "plm-nmt-no-plm-enc"),
-     ("plm-nmt-no-plm-enc", "plm-nmt-no-plm"), ("plm-nmt", "in-domain")), varies=True)
-# Table 5: the decoder on the PLM's own embeddings (our plm-nmt: its BERT's vocabulary) against the NMT vocabulary's
-# rows made from them by FWET (plm-nmt-fwet: the downstream target vocabulary, rows by Algorithm 1)
-DUAN_TABLE_5 = PaperTable(
-    "duan2023_table5", "published: Duan & Zhao 2023, Table 5, IWSLT14 De-En, embedding transformation",
-    (("PLM Embedding", "plm-nmt", 37.0), ("+FWET", "plm-nmt-fwet", 37.5)),
-    (("plm-nmt-fwet", "plm-nmt"),))
-# Table 1's IWSLT14 De-En column (Table 3b: AB-Net-Enc is Transformer-Base with the source BERT and its adapters),
-# Transformer-Base as Duan & Zhao's TF-base: our in-domain; Mask-Predict trains without BERTs (our abnet's
-# architecture with both BERTs drawn at random)
-GUO_TABLE_1 = PaperTable(
-    "guo2020_table1", "published: Guo et al. 2020, Table 1, IWSLT14 De-En, AB-Net",
-    (("Transformer-Base", "in-domain", 33.59), ("Mask-Predict", "mask-predict", 31.71), ("AB-Net", "abnet", 36.49),
-     ("AB-Net-Enc", "abnet-enc", 34.45)),
-    (("abnet", "in-domain"), ("abnet", "mask-predict"), ("in-domain", "mask-predict"), ("abnet", "abnet-enc"),
-     ("abnet-enc", "in-domain")), varies=True)
-# Guo et al.'s Table 1 latency: ms a sentence, batch size 1, WMT14 En-De's test set on one 1080Ti GPU
-GUO_LATENCY_MS = {"in-domain": 778, "mask-predict": 161, "abnet": 327, "abnet-enc": 165}
-PAPER_TABLES = (SATO_TABLE_3, SATO_TABLE_5, LIU_TABLE_2, DUAN_TABLE_3, DUAN_TABLE_4, DUAN_TABLE_5, GUO_TABLE_1)
 
 # The published rows beside ours in the main table, named as ours.
 PUBLISHED = pd.DataFrame([(ours, bleu, paper.source) for paper in PAPER_TABLES for _, ours, bleu in paper.rows],
