@@ -106,7 +106,7 @@ def test_a_collection_keeps_the_committed_cells_and_adds_the_workspaces(tmp_path
 
 
 def test_results_cells_commits_finished_cells_while_a_run_goes_on(tmp_path, monkeypatch, capsys):
-    from vocabridge.cli import main
+    from flows.workspace import main  # what `vocabridge results` runs in the project's root
 
     root = tmp_path / "ws"
     root.mkdir()

@@ -24,7 +24,6 @@ from vocabridge.config import (
     apply_profile,
     flatten,
     read_profile,
-    read_yaml,
 )
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
@@ -463,61 +462,20 @@ def _d_model(model_dir: Path) -> int:
     return int(json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["d_model"])
 
 
-def estimate_command(profile: str | None, fresh: bool, jobs: int) -> str:
-    """`vocabridge estimate`: flows/estimate.py lays the stage prices over dvc.yaml's DAG (read by DVC)."""
-    import sys
-
-    root = Path.cwd()
-    if not (root / "dvc.yaml").is_file() or not (root / "flows" / "estimate.py").is_file():
-        raise ConfigError(f"{root}: not the project's root (no dvc.yaml and flows/); run `vocabridge estimate` there")
-    sys.path.insert(0, str(root))
-    from flows.estimate import estimate, format_estimate
-
-    current = read_yaml(root / "params.yaml").get("profile", "default")
-    return format_estimate(estimate(root, profile, fresh, jobs), profile or current)
-
-
-def results_command(out: Path | None, allow_stale: bool, cells_only: bool = False) -> str:
-    """`vocabridge results`: the finished run's outputs into the ledger (vocabridge.ledger), refusing outputs
-    that `dvc status` says are stale; `--cells`: only the workspace's finished cells into OUT/cells
-    (vocabridge.grid.commit_cells), with no `dvc status` check, so that a run still going loses at most the cells
-    in progress. Returns what to print."""
-    import json
+def workspace_command(argv: list[str]) -> None:
+    """`vocabridge estimate|results`: the workspace's commands (flows/workspace.py: they read dvc.yaml's DAG and
+    ask DVC what is stale), run in the project's root as a process of their own, so that the library imports no
+    pipeline. Exits with its status."""
     import subprocess
     import sys
 
     root = Path.cwd()
-    if not (root / "dvc.yaml").is_file():
-        raise ConfigError(f"{root}: not the project's root (no dvc.yaml); run `vocabridge results` there")
-    profile = read_yaml(root / "params.yaml").get("profile", "default")
-    out = out or root / "results" / profile
-    if cells_only:
-        from vocabridge.grid import commit_cells
-        from vocabridge.ledger import CELLS
-
-        added = commit_cells(root / CELLS, out / "cells")
-        names = ", ".join(cell.name for cell in added)
-        return (f"{out / 'cells'}: {len(added)} cell(s) added or updated" + (f" ({names})" if added else "")
-                + "; commit them to keep them")
-    import torch
-
-    from vocabridge.ledger import collect
-    from vocabridge.nmt.precision import describe_cpu
-
-    if not allow_stale:
-        proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=root, capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            raise ConfigError(f"dvc status failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-        stale = sorted(json.loads(proc.stdout or "{}"))
-        if stale:
-            raise ConfigError(f"dvc status: {len(stale)} stage(s) not up to date ({', '.join(stale[:5])}"
-                              f"{', ...' if len(stale) > 5 else ''}); finish the run, or --allow-stale (or "
-                              f"--cells: commit the finished cells only)")
-    cpu = describe_cpu()
-    if torch.cuda.is_available():
-        cpu["gpu"] = torch.cuda.get_device_name()
-    return f"{collect(root, out, profile, cpu)}: the run's results, ready to commit"
+    if not (root / "dvc.yaml").is_file() or not (root / "flows" / "workspace.py").is_file():
+        raise ConfigError(f"{root}: not the project's root (no dvc.yaml and flows/); run `vocabridge {argv[0]}` "
+                          "there")
+    status = subprocess.run([sys.executable, "-m", "flows.workspace", *argv], cwd=root).returncode
+    if status:
+        raise SystemExit(status)
 
 
 def sizes_command(folders: list[Path], out: Path, methods: list[str] | None) -> str:
@@ -782,10 +740,8 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.command == "sizes":
         print(sizes_command(args.folders, args.out, args.methods))
-    elif args.command == "results":
-        print(results_command(args.out, args.allow_stale, args.cells))
-    elif args.command == "estimate":
-        print(estimate_command(args.profile, args.fresh, args.jobs))
+    elif args.command in ("results", "estimate"):
+        workspace_command(argv)
     elif args.command == "profile":
         changed = set_profile(args.name, args.params, args.profiles)
         print(f"{args.params}: profile '{args.name}' applied, {len(changed)} keys changed")
