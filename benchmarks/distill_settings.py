@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(args.workspace)  # its data/ folders; the code is this checkout's
     torch.set_num_threads(args.threads)
 
-    from stages import _paths as paths
     from stages.transfer import resources
+    from vocabridge import workspace as paths
     from vocabridge.config import TransferMethod, load_params
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.nmt.model import load_model

@@ -21,9 +21,10 @@ from pathlib import Path
 import pandas as pd
 
 from flows.errors import FlowError
+from vocabridge.workspace import REPORTS, RESULTS_REPORT
 
-REPORT = "data/reports/results/report.csv"
-OUT = Path("data/reports/experiments")
+REPORT = (RESULTS_REPORT / "report.csv").as_posix()
+OUT = REPORTS / "experiments"
 RESULTS = ["bleu", "bleu_ci", "chrf", "delta_bleu", "p_value", "dev_bleu_auc", "zero_shot_dev_ppl"]
 GRID = ("rows", "seeds", "generators")  # params keys an experiment may add to (a knob params.yaml leaves out)
 

@@ -286,8 +286,8 @@ def stage_needs(params: Params) -> dict[str, list[str]]:
     """What each row stage and the backtranslate stage draw on from the shared model folders (stages.row's
     `resources`), from the workspace's params. A row whose config is wrong is left as DVC has it (its stage says
     what is wrong)."""
-    from stages import _paths as paths
     from stages.row import resources
+    from vocabridge import workspace as paths
     from vocabridge.errors import VocabridgeError
 
     needs: dict[str, list[str]] = {}

@@ -39,7 +39,7 @@ from flows.record import RunRecord
 from flows.report import markdown, stages_table
 from vocabridge.config import load_params
 from vocabridge.grid import Cell
-from vocabridge.ledger import RUN_RECORD
+from vocabridge.workspace import RUN_RECORD
 
 
 @task(name="dvc-stage", cache_policy=NO_CACHE, persist_result=False)

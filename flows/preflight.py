@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from flows.errors import FlowError
-from stages import _paths as paths
 from vocabridge import preflight as checks
+from vocabridge import workspace as paths
 from vocabridge.config import load_params
 from vocabridge.errors import VocabridgeError
 

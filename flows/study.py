@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vocabridge.grid import Cell, CellRecord, commit_cells
-from vocabridge.ledger import CELLS
+from vocabridge.workspace import CELLS
 
 
 def results_folder(workspace: Path, folder: str | None, profile: str) -> Path:
@@ -30,11 +30,11 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
     """The cells of `results`/cells with today's knobs, condition and test set (`stages.report.gather`), and a
     warning per upstream model and seed where a cell of `todo` would run on this workspace's model while the
     seed's committed cells ran on another (they would not pair: the seed should run whole on one machine)."""
-    from stages._cells import model_sha256
     from stages.row import resources
     from vocabridge.config import load_params
     from vocabridge.errors import VocabridgeError
     from vocabridge.transfer import get_method
+    from vocabridge.workspace import model_sha256
 
     params = load_params(workspace / "params.yaml")
     found = pooling(workspace, results / "cells", params)

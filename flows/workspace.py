@@ -37,7 +37,7 @@ def results_command(root: Path, out: Path | None, allow_stale: bool, cells_only:
     out = out or root / "results" / profile
     if cells_only:
         from vocabridge.grid import commit_cells
-        from vocabridge.ledger import CELLS
+        from vocabridge.workspace import CELLS
 
         added = commit_cells(root / CELLS, out / "cells")
         names = ", ".join(cell.name for cell in added)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from stages import _paths as paths
+from vocabridge import workspace as paths
 from vocabridge.config import load_params, sponsored_settings
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError

@@ -11,7 +11,8 @@ machine-made sources beside the real target sentences; lines with an empty trans
 
 from __future__ import annotations
 
-from stages import _paths as paths
+from stages._args import stage_args
+from vocabridge import workspace as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
@@ -21,7 +22,7 @@ from vocabridge.nmt.translate import ModelTranslator
 
 
 def main(argv: list[str]) -> None:
-    params = paths.stage_args(__doc__, argv)
+    params = stage_args(__doc__, argv)
     cfg, lang = params.backtranslation, params.lang
     pairs: tuple[list[str], list[str]] = ([], [])
     stats = {"pairs": 0}

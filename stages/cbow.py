@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from stages import _paths as paths
+from stages._args import stage_args
+from vocabridge import workspace as paths
 from vocabridge.cbow import domain_text, save_vectors, train_cbow
 from vocabridge.entry import run
 from vocabridge.fileio import atomic_dir, write_json
@@ -15,7 +16,7 @@ from vocabridge.tokenizers import load_spm
 
 
 def main(argv: list[str]) -> None:
-    params = paths.stage_args(__doc__, argv)
+    params = stage_args(__doc__, argv)
     dim = json.loads((paths.PRETRAINED / "config.json").read_text())["d_model"]
     corpus = paths.CORPORA / "downstream"
     stats = {}

@@ -20,8 +20,8 @@ import json
 import time
 from dataclasses import asdict, replace
 
-from stages import _cells as cells
-from stages import _paths as paths
+from stages._grid import cell_stage_args
+from vocabridge import workspace as paths
 from vocabridge.config import translated_upstream
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.decoding import RowDecoder
@@ -33,13 +33,13 @@ from vocabridge.nmt.train import threads_of, use_compute
 
 
 def main(argv: list[str]) -> None:
-    cell, params = cells.cell_stage_args(__doc__, argv)
+    cell, params = cell_stage_args(__doc__, argv)
     cfg, lang, method = params.evaluate, params.lang, cell.row
     device = use_compute(params.compute)
-    decode = RowDecoder(cells.finetuned(cell), cfg, params.abnet.decoding, device, threads_of(params.compute.threads))
+    decode = RowDecoder(paths.finetuned(cell), cfg, params.abnet.decoding, device, threads_of(params.compute.threads))
     decoder, src, tgt, precision = decode.name, decode.src, decode.tgt, decode.precision
     family = "abnet" if decode.abnet else "nmt"  # which fine-tune budget the model trained under
-    stamp = json.loads(cells.row_file(cell.row).read_text(encoding="utf-8"))  # the row's knobs (stage row@ROW)
+    stamp = json.loads(paths.row_file(cell.row).read_text(encoding="utf-8"))  # the row's knobs (stage row@ROW)
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
     hyps, speed = decode(sources)
@@ -67,13 +67,13 @@ def main(argv: list[str]) -> None:
     record = cell_record(cell, stamp, params, metrics, refs, up_refs, family)
     if dev_refs:
         record["heldout_dev_test"] = {"sentences": len(dev_refs), "digest": text_digest(dev_refs), "books": dev_books}
-    with atomic_dir(cells.cell_record(cell)) as tmp:
+    with atomic_dir(paths.cell_record(cell)) as tmp:
         write_lines(tmp / "hyp.txt", hyps)
         if upstream_hyps:
             write_lines(tmp / "upstream_hyp.txt", upstream_hyps)
         if dev_hyps:
             write_lines(tmp / "dev_hyp.txt", dev_hyps)
-        curve(cells.per_cell(paths.PLOTS / "finetune", cell)).to_csv(tmp / "curve.csv", index=False)
+        curve(paths.per_cell(paths.PLOTS / "finetune", cell)).to_csv(tmp / "curve.csv", index=False)
         write_json(tmp / "record.json", record)
     print({k: metrics[k] for k in ("method", "bleu", "chrf", "ter", "sentences_per_second")}
           | ({"upstream_bleu": metrics["upstream"]["bleu"]} if "upstream" in metrics else {}))
@@ -99,9 +99,9 @@ def cell_record(cell: Cell, stamp: dict, params, metrics: dict, refs: list[str],
         "test": {"sentences": len(refs), "digest": text_digest(refs)},
         "upstream_test": {"sentences": len(up_refs), "digest": text_digest(up_refs)} if up_refs else None,
         "metrics": metrics,
-        "finetune": read(cells.per_cell(paths.METRICS / "finetune", cell, ".json")),
-        "transfer": read(cells.per_cell(paths.METRICS / "transfer", cell, ".json")),
-        "diagnostics": read(cells.per_cell(paths.DIAGNOSTICS, cell, ".json")),
+        "finetune": read(paths.per_cell(paths.METRICS / "finetune", cell, ".json")),
+        "transfer": read(paths.per_cell(paths.METRICS / "transfer", cell, ".json")),
+        "diagnostics": read(paths.per_cell(paths.DIAGNOSTICS, cell, ".json")),
         "params": {"lang": asdict(params.lang), "finetune": training, "evaluate": asdict(params.evaluate),
                    "train_pairs": train_pairs},
         "machine": machine(), "commit": code_commit(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

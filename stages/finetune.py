@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from stages import _cells as cells
-from stages import _paths as paths
+from stages._grid import cell_stage_args
+from vocabridge import workspace as paths
 from vocabridge.corpora.sample import add_pairs, sample_pairs
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
@@ -30,11 +30,11 @@ from vocabridge.transfer import finetune_training, get_method, knobs_for
 
 
 def main(argv: list[str]) -> None:
-    cell, params = cells.cell_stage_args(__doc__, argv)
+    cell, params = cell_stage_args(__doc__, argv)
     name = cell.row
     lang = params.lang
-    init, out = cells.init_model(cell), cells.finetuned(cell)
-    plots, metrics = cells.per_cell(paths.PLOTS / "finetune", cell), cells.per_cell(paths.METRICS / "finetune", cell,
+    init, out = paths.init_model(cell), paths.finetuned(cell)
+    plots, metrics = paths.per_cell(paths.PLOTS / "finetune", cell), paths.per_cell(paths.METRICS / "finetune", cell,
                                                                                      ".json")
     method, knobs = get_method(name, params.rows), knobs_for(name, params.rows)
     if not method.finetune:  # out-domain, mdl: Marian models
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
     if knobs.freeze_old_rows or knobs.new_rows_first:
         keep = Keep(read_old_rows(init), bool(knobs.freeze_old_rows), knobs.new_rows_first or 0)
     fingerprint = fingerprint_of("finetune", cell.name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
-                                 cells.model_sha256(weights, method.family), *([row] if row else []), *backtranslated,
+                                 paths.model_sha256(weights, method.family), *([row] if row else []), *backtranslated,
                                  *([asdict(params.abnet.dev_decoding), params.abnet.length_weight] if abnet else []))
     key, pairs = ((f"rows.{name}.train_pairs", knobs.train_pairs) if knobs.train_pairs is not None
                   else ("finetune.train_pairs", params.finetune.train_pairs))
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> None:
             corpus = add_pairs(corpus, lang, paths.BACKTRANSLATED, Path(tmp) / "with-bt")
         if knobs.mix_upstream:  # and a fixed sample of original-domain pairs, their share of the whole
             corpus = mix_upstream(corpus, lang, knobs.mix_upstream, Path(tmp), f"rows.{name}.mix_upstream")
-        checkpoints = cells.per_cell(paths.CHECKPOINTS / "finetune", cell)
+        checkpoints = paths.per_cell(paths.CHECKPOINTS / "finetune", cell)
         if abnet:
             state, summary = fit_abnet(model, src, tgt, corpus, lang, cfg, checkpoints, fingerprint,
                                        f"finetune {cell.name}", params.abnet.dev_decoding, params.abnet.length_weight)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from stages import _paths as paths
+from stages._args import stage_args
+from vocabridge import workspace as paths
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError, InputError
@@ -25,7 +26,7 @@ from vocabridge.transfer.generator_training import GeneratorTrainer, summary, wr
 
 
 def main(argv: list[str]) -> None:
-    params = paths.stage_args(__doc__, argv)
+    params = stage_args(__doc__, argv)
     needed = list(params.generators)
     for name in needed:
         if name.removesuffix("-both") not in params.generator.variants:

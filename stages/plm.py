@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from stages import _paths as paths
+from vocabridge import workspace as paths
 from vocabridge.cbow import domain_text
 from vocabridge.config import load_params
 from vocabridge.corpora.user import read_text_lines

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from vocabridge import workspace as paths
 from vocabridge.config import load_params
 from vocabridge.corpora.build import build_downstream, build_upstream, write_corpus
 from vocabridge.corpora.user import USER_CORPORA, check_inside
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> None:
     check_inside(domain.files, USER_CORPORA / args.domain, f"prepare.{args.domain}", f"prepare@{args.domain}")
     corpus = BUILDERS[args.domain](params.prepare, params.lang)
     recipe = domain.recipe
-    with atomic_dir(args.out or Path("data/corpora") / args.domain) as tmp:
+    with atomic_dir(args.out or paths.CORPORA / args.domain) as tmp:
         stats = write_corpus(corpus, tmp, args.domain, recipe)
     print(json.dumps({k: stats[k] for k in ("domain", "pairs", "mono", "dropped")}, indent=1))
 

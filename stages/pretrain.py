@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from stages import _paths as paths
+from vocabridge import workspace as paths
 from vocabridge.cbow import domain_text, initialise_embeddings
 from vocabridge.checkpoint import resumable
 from vocabridge.config import Lang, UpstreamModel, load_params

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from stages import _paths as paths
+from stages._args import stage_args
 from stages.row import condition as row_condition
+from vocabridge import workspace as paths
 from vocabridge.corpora.bible import BOOKS
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
@@ -34,7 +35,7 @@ RESULTS = Path("results")
 
 
 def main(argv: list[str]) -> None:
-    params = paths.stage_args(__doc__, argv)
+    params = stage_args(__doc__, argv)
     lang, rows = params.lang, params.rows
     refs = read_text_lines(paths.CORPORA / "downstream" / f"test.{lang.tgt}")
     mismatch = json.loads((paths.REPORTS / "mismatch.json").read_text(encoding="utf-8"))

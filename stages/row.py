@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from stages import _cells as cells
-from stages import _paths as paths
+from stages._grid import row_stage_args
+from vocabridge import workspace as paths
 from vocabridge.config import abnet_settings
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError, InputError
@@ -84,16 +84,16 @@ def resources(row: str, params) -> dict[str, Path]:
 
 
 def main(argv: list[str]) -> None:
-    row, params = cells.row_stage_args(__doc__, argv)
+    row, params = row_stage_args(__doc__, argv)
     method, knobs = get_method(row, params.rows), knobs_for(row, params.rows)
     files = resources(row, params)
     for key, path in files.items():
         if not path.is_file():
             raise InputError(f"{path}: missing ({key} of rows.{row}); run the stage that makes it (`dvc repro`)")
     resolved = resolved_knobs(row, params.rows)
-    write_json(cells.row_file(row), {
+    write_json(paths.row_file(row), {
         "row": row, "method": resolved["method"], "knobs": resolved, "knobs_digest": knobs_digest(resolved),
-        "upstream": {"name": knobs.upstream, "sha256": cells.model_sha256(files["upstream"], method.family)},
+        "upstream": {"name": knobs.upstream, "sha256": paths.model_sha256(files["upstream"], method.family)},
         "condition": condition(params, knobs, method.family),
         "resources": {key: {"path": str(path), "sha256": sha256_file(path)} for key, path in files.items()},
     })

@@ -7,8 +7,8 @@ upstream: the pretrained model's vocabulary (IT training text); downstream: the 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from vocabridge import workspace as paths
 from vocabridge.config import LANGS, load_params
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
@@ -22,7 +22,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
     params = load_params(args.params)
-    corpus = Path("data/corpora") / args.domain
+    corpus = paths.CORPORA / args.domain
     texts = {}
     for code in LANGS:
         texts[code] = read_text_lines(corpus / f"train.{code}")
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
     cfg = getattr(params.spm, args.domain)
     models = train_all(texts, {c: getattr(cfg, c) for c in LANGS}, params.spm.seed, params.spm.threads,
                        f"spm.{args.domain}")
-    with atomic_dir(Path("data/spm") / args.domain) as tmp:
+    with atomic_dir(paths.SPM / args.domain) as tmp:
         for code, blob in models.items():
             (tmp / f"{code}.model").write_bytes(blob)
             write_lines(tmp / f"{code}.vocab", vocab_lines(load_spm(tmp / f"{code}.model")))

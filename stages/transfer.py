@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from stages import _cells as cells
-from stages import _paths as paths
+from stages._grid import cell_stage_args
+from vocabridge import workspace as paths
 from vocabridge.config import translated_upstream
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
@@ -27,7 +27,7 @@ from vocabridge.transfer.diagnostics import zero_shot
 
 
 def main(argv: list[str]) -> None:
-    cell, params = cells.cell_stage_args(__doc__, argv)
+    cell, params = cell_stage_args(__doc__, argv)
     name = cell.row
     method = get_method(name, params.rows)
     lang, corpus = params.lang, paths.CORPORA / "downstream"
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> None:
     use_compute(params.compute)
     model, src, tgt, diagnostics = method.build(res)
     diagnostics |= {"method": name, "vocab_size": {"src": len(src), "tgt": len(tgt)}, "vocabulary": method.vocabulary}
-    with atomic_dir(cells.init_model(cell)) as tmp:
+    with atomic_dir(paths.init_model(cell)) as tmp:
         save_model(model, src, tgt, tmp)
         write_json(tmp / "diagnostics.json", diagnostics)
         write_old_rows(tmp, res.pretrained)  # what a fine-tune that keeps the pretrained rows holds
@@ -56,15 +56,15 @@ def main(argv: list[str]) -> None:
     for side in ("encoder", "decoder"):
         loo = (diagnostics.get(side) or {}).get("leave_one_out")
         scores[f"leave_one_out_cosine_{side}"] = loo["mean_cosine"] if loo else None
-    write_json(cells.per_cell(paths.DIAGNOSTICS, cell, ".json"), diagnostics)
-    write_json(cells.per_cell(paths.METRICS / "transfer", cell, ".json"), scores)
+    write_json(paths.per_cell(paths.DIAGNOSTICS, cell, ".json"), diagnostics)
+    write_json(paths.per_cell(paths.METRICS / "transfer", cell, ".json"), scores)
     print(cell.name, scores)
 
 
 def check_stamp(row: str) -> dict:
     """The row's stamp (stage row@ROW), its resources' hashes checked against the files: a cell never starts from
     other resources than the ones its DVC dependency names."""
-    stamp_file = cells.row_file(row)
+    stamp_file = paths.row_file(row)
     if not stamp_file.is_file():
         raise InputError(f"{stamp_file}: missing; run `dvc repro row@{row}`")
     stamp = json.loads(stamp_file.read_text(encoding="utf-8"))
@@ -115,7 +115,7 @@ def abnet_row(cell: Cell, params, knobs, method) -> None:
         diagnostics |= {"vocabulary": "plm+downstream target", "rows": diagnostics["decoder"]["rows"]}
     diagnostics |= {"vocab_size": {"src": len(source_tokenizer), "tgt": len(target_tokenizer)},
                     "vocabulary_fit": plm_vocabulary_fit(source_tokenizer, target_tokenizer, lang)}
-    with atomic_dir(cells.init_model(cell)) as tmp:
+    with atomic_dir(paths.init_model(cell)) as tmp:
         if knobs.target_vocabulary:
             save_abnet(model, tmp, source_tokenizer, target_tokenizer)
         else:
@@ -129,8 +129,8 @@ def abnet_row(cell: Cell, params, knobs, method) -> None:
         use_compute(params.compute)
         hyps, _ = translate_abnet(model, source_tokenizer, target_tokenizer, sources, params.abnet.decoding)
         scores["dev_bleu"] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
-    write_json(cells.per_cell(paths.DIAGNOSTICS, cell, ".json"), diagnostics)
-    write_json(cells.per_cell(paths.METRICS / "transfer", cell, ".json"), scores)
+    write_json(paths.per_cell(paths.DIAGNOSTICS, cell, ".json"), diagnostics)
+    write_json(paths.per_cell(paths.METRICS / "transfer", cell, ".json"), scores)
     print(cell.name, scores)
 
 

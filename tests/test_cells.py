@@ -204,8 +204,8 @@ def test_rows_under_different_pretraining_inits_are_compared_but_never_a_verdict
 
 
 def test_the_report_stage_finds_the_held_out_dev_books(tmp_path, monkeypatch):
-    from stages import _paths as paths
     from stages.report import book_names, heldout_set
+    from vocabridge import workspace as paths
     from vocabridge.grid import read_record
 
     corpus = tmp_path / "downstream"
@@ -224,8 +224,8 @@ def test_the_report_stage_finds_the_held_out_dev_books(tmp_path, monkeypatch):
 
 
 def test_a_users_second_test_file_is_the_second_test_set_with_its_documents(tmp_path, monkeypatch):
-    from stages import _paths as paths
     from stages.report import heldout_set
+    from vocabridge import workspace as paths
     from vocabridge.grid import read_record
 
     corpus = tmp_path / "downstream"
@@ -350,8 +350,8 @@ def test_committing_cells_adds_and_never_deletes(two_sessions, tmp_path):
 def test_an_ab_net_s_identity_covers_its_berts_and_a_marian_model_s_is_its_weights_file(tmp_path):
     """What cells pair by (`stages._cells.model_sha256`): two AB-Net directories with the same trained part on
     other BERTs are other upstream models (a GPU's BERTs differ from a CPU's)."""
-    from stages._cells import model_sha256
     from vocabridge.fileio import sha256_file
+    from vocabridge.workspace import model_sha256
 
     def abnet_dir(name: str, bert: bytes) -> Path:
         folder = tmp_path / name

@@ -43,11 +43,14 @@ def _with_parents(name: str) -> list[str]:
 
 @cache
 def direct_imports(name: str, root: Path = ROOT) -> frozenset[str]:
-    """Project modules that module `name` imports anywhere in its body (functions included)."""
+    """Project modules that module `name` imports anywhere in its body (functions included; not what an
+    `if TYPE_CHECKING:` block imports for annotations)."""
     path = module_file(name, root)
     tree = ast.parse((root / path).read_text(encoding="utf-8"), filename=str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
+    for guarded in [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]:
+        guarded.body = []  # `if TYPE_CHECKING:` imports never run: annotations only
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

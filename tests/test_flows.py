@@ -263,9 +263,9 @@ def test_a_study_s_committed_cells_count_under_today_s_knobs_and_a_split_seed_is
     not), and a cell still to run of a seed whose cells ran on another base model than this workspace's is named:
     it would not pair with them."""
     from flows.study import committed
-    from stages import _paths as paths
     from stages.report import condition
     from stages.row import resources
+    from vocabridge import workspace as paths
     from vocabridge.config import load_params
     from vocabridge.fileio import sha256_file
     from vocabridge.grid import knobs_digest

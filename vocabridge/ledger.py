@@ -20,12 +20,9 @@ from pathlib import Path
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir, write_json
 from vocabridge.grid import commit_cells
-
-REPORT = Path("data/reports/results")
-METRICS = Path("data/metrics")
-CURVES = Path("data/plots")
-RUN_RECORD = Path("data/reports/flow_run.json")
-CELLS = Path("data/cells")  # the workspace's finished cells
+from vocabridge.workspace import CELLS, METRICS, RUN_RECORD
+from vocabridge.workspace import PLOTS as CURVES
+from vocabridge.workspace import RESULTS_REPORT as REPORT
 
 
 def _git(root: Path, *args: str) -> str:

@@ -1,41 +1,9 @@
-"""The grid's cells as the stages see them: where a cell's files live, and the command line of the per-row and
-per-cell stages (ROW, or ROW SEED: DVC's matrix item ROW-SEED). Apart from stages/_paths.py so that the stages
-outside the grid do not depend on vocabridge.grid."""
+"""The command line of the per-row and per-cell stages: ROW [SEED] (DVC's matrix item ROW-SEED), checked against
+params.yaml's rows and seeds."""
 
-from pathlib import Path
+from __future__ import annotations
 
-from stages._paths import CELLS, ROWS
 from vocabridge.grid import Cell
-
-
-def row_file(row: str) -> Path:
-    return ROWS / f"{row}.json"
-
-
-def init_model(cell: Cell) -> Path:
-    return Path("data/models/init") / cell.path
-
-
-def finetuned(cell: Cell) -> Path:
-    return Path("data/models/finetuned") / cell.path
-
-
-def model_sha256(weights: Path, family: str) -> str:
-    """A model's identity (what cells pair by, what a fine-tune's checkpoint belongs to): its weights file's
-    sha256; an AB-Net directory's covers the BERTs beside it too (a model built alike on other BERTs has the
-    same adapters file)."""
-    from vocabridge.fileio import sha256_file, sha256_tree
-
-    return sha256_tree(weights.parent) if family == "abnet" else sha256_file(weights)
-
-
-def cell_record(cell: Cell) -> Path:
-    return CELLS / cell.path
-
-
-def per_cell(folder: Path, cell: Cell, suffix: str = "") -> Path:
-    """A cell's file or folder under a per-stage folder: data/metrics/finetune/ROW/sSEED.json and the like."""
-    return folder / cell.path.with_name(cell.path.name + suffix)
 
 
 def _grid_stage_args(doc: str, argv: list[str], with_seed: bool):
@@ -65,7 +33,7 @@ def row_stage_args(doc: str, argv: list[str]):
     return args.row, params
 
 
-def cell_stage_args(doc: str, argv: list[str]):
+def cell_stage_args(doc: str, argv: list[str]) -> tuple[Cell, object]:
     """ROW SEED [--params FILE]: a cell of the grid (DVC's matrix item ROW-SEED); returns (cell, params)."""
     args, params = _grid_stage_args(doc, argv, with_seed=True)
     return Cell(args.row, args.seed), params

@@ -1,0 +1,71 @@
+"""Where a workspace's files live: the one home of the data/ layout, which dvc.yaml's stages, the flows, the report
+and the ledger all read (dvc.yaml names the same paths; tests/test_dvc_deps.py keeps them in step).
+
+Paths are relative to the workspace's root (the folder that holds dvc.yaml); callers in another folder join them
+to it. A cell's files sit under per-stage folders by row and seed (`Cell.path`: ROW/sSEED).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vocabridge.grid import Cell
+
+CORPORA = Path("data/corpora")
+BACKTRANSLATED = CORPORA / "backtranslated"  # pseudo-parallel downstream pairs (back-translation)
+SPM = Path("data/spm")
+UPSTREAMS = Path("data/models/upstream")  # the upstream models: `base` (pretraining) and params' `upstreams`
+PRETRAINED = UPSTREAMS / "base"
+CBOW = Path("data/cbow")
+PLMS = Path("data/models/plm")  # one pretrained language model (BERT) per language
+GENERATORS = Path("data/models/generator")  # one trained embedding generator per variant
+CHECKPOINTS = Path("data/checkpoints")
+PLOTS = Path("data/plots")
+METRICS = Path("data/metrics")
+REPORTS = Path("data/reports")
+DIAGNOSTICS = Path("data/diagnostics")
+RESULTS_REPORT = REPORTS / "results"  # the study's report, tables and plots
+RUN_RECORD = REPORTS / "flow_run.json"  # the flow's record of a run: every stage's real and estimated seconds
+ROWS = Path("data/rows")  # one file per row: its knobs and the hashes of what it draws on
+CELLS = Path("data/cells")  # one folder per finished cell: its record
+
+
+def upstream(name: str) -> Path:
+    return UPSTREAMS / name
+
+
+def plm_outputs(code: str) -> tuple[Path, Path]:
+    """The masked-LM learning curve and metrics of language `code`'s BERT (the report reads both)."""
+    return PLOTS / "plm" / code / "curve.csv", METRICS / "plm" / f"{code}.json"
+
+
+def row_file(row: str) -> Path:
+    return ROWS / f"{row}.json"
+
+
+def init_model(cell: Cell) -> Path:
+    return Path("data/models/init") / cell.path
+
+
+def finetuned(cell: Cell) -> Path:
+    return Path("data/models/finetuned") / cell.path
+
+
+def cell_record(cell: Cell) -> Path:
+    return CELLS / cell.path
+
+
+def per_cell(folder: Path, cell: Cell, suffix: str = "") -> Path:
+    """A cell's file or folder under a per-stage folder: data/metrics/finetune/ROW/sSEED.json and the like."""
+    return folder / cell.path.with_name(cell.path.name + suffix)
+
+
+def model_sha256(weights: Path, family: str) -> str:
+    """A model's identity (what cells pair by, what a fine-tune's checkpoint belongs to): its weights file's
+    sha256; an AB-Net directory's covers the BERTs beside it too (a model built alike on other BERTs has the
+    same adapters file)."""
+    from vocabridge.fileio import sha256_file, sha256_tree
+
+    return sha256_tree(weights.parent) if family == "abnet" else sha256_file(weights)
