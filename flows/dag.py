@@ -283,12 +283,12 @@ def _needed(outs: tuple[str, ...], deps: tuple[str, ...], files: list[str]) -> b
 
 
 def stage_needs(params: Params) -> dict[str, list[str]]:
-    """What each row stage and the backtranslate stage draw on from the shared model folders (stages.row's
+    """What each row stage and the backtranslate stage draw on from the shared model folders (vocabridge.rows'
     `resources`), from the workspace's params. A row whose config is wrong is left as DVC has it (its stage says
     what is wrong)."""
-    from stages.row import resources
     from vocabridge import workspace as paths
     from vocabridge.errors import VocabridgeError
+    from vocabridge.rows import resources
 
     needs: dict[str, list[str]] = {}
     for row in params.rows:

@@ -27,12 +27,12 @@ class Committed:
 
 
 def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed:
-    """The cells of `results`/cells with today's knobs, condition and test set (`stages.report.gather`), and a
+    """The cells of `results`/cells with today's knobs, condition and test set (`vocabridge.rows.gather`), and a
     warning per upstream model and seed where a cell of `todo` would run on this workspace's model while the
     seed's committed cells ran on another (they would not pair: the seed should run whole on one machine)."""
-    from stages.row import resources
     from vocabridge.config import load_params
     from vocabridge.errors import VocabridgeError
+    from vocabridge.rows import resources
     from vocabridge.transfer import get_method
     from vocabridge.workspace import model_sha256
 
@@ -67,10 +67,10 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
 
 def pooling(workspace: Path, cells: Path, params=None) -> dict[Cell, CellRecord]:
     """The records under `cells` that pool under the workspace's params: today's knobs, condition and test set
-    (`stages.report.gather`)."""
-    from stages.report import gather
+    (`vocabridge.rows.gather`)."""
     from vocabridge.config import load_params
     from vocabridge.corpora.user import read_text_lines
+    from vocabridge.rows import gather
 
     params = params or load_params(workspace / "params.yaml")
     test = workspace / "data" / "corpora" / "downstream" / f"test.{params.lang.tgt}"

@@ -13,23 +13,22 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
 from stages._args import stage_args
-from stages.row import condition as row_condition
 from vocabridge import workspace as paths
 from vocabridge.corpora.bible import BOOKS
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import InputError
 from vocabridge.fileio import atomic_dir
-from vocabridge.grid import Gathered, condition_digest, decoding_digest, knobs_digest, read_cells, text_digest
+from vocabridge.grid import text_digest
 from vocabridge.report import HeldOut, grid_report, write_report
+from vocabridge.rows import gather
 from vocabridge.significance import clusters_from_ids
-from vocabridge.transfer import finetune_training, get_method, knobs_for, resolved_knobs
+from vocabridge.transfer import get_method, knobs_for
 
 RESULTS = Path("results")
 
@@ -53,29 +52,6 @@ def main(argv: list[str]) -> None:
     with atomic_dir(paths.REPORTS / "results") as tmp:
         write_report(built, tmp)
     print(built.markdown)
-
-
-def gather(params, folders: list[Path], refs: list[str] | None) -> Gathered:
-    """The grid's cells found in `folders` (later ones win) that pool under today's params: the row's knobs, its
-    fine-tune's condition, an AB-Net row's model settings and, given `refs`, the test set; the flow's `--missing`
-    reads the same."""
-    expected = {row: knobs_digest(resolved_knobs(row, params.rows)) for row in params.rows}
-    stamped = {row: row_condition(params, knobs_for(row, params.rows), "abnet") for row in params.rows
-               if get_method(row, params.rows).family == "abnet"}
-    as_is = {row for row in params.rows if not get_method(row, params.rows).finetune}
-    return read_cells(folders, expected, test_digest=None if refs is None else text_digest(refs),
-                      conditions={row: condition(params, row) for row in params.rows}, stamped=stamped, as_is=as_is)
-
-
-def condition(params, row: str) -> str:
-    """The regime the row's cells must have run under to pool: today's fine-tune, sample and decoding; a row
-    evaluated as it is (out-domain), its decoding alone."""
-    if not get_method(row, params.rows).finetune:
-        return decoding_digest(asdict(params.evaluate))
-    pairs = knobs_for(row, params.rows).train_pairs
-    training = finetune_training(row, params)
-    return condition_digest(asdict(training), asdict(params.evaluate),
-                            params.finetune.train_pairs if pairs is None else pairs)
 
 
 def study_plms(languages) -> dict[str, tuple[pd.DataFrame, dict]]:

@@ -377,8 +377,8 @@ def test_the_committed_plm_cells_pool_under_their_ab_net_settings_and_no_other()
     alone and start from the same weights whatever the settings, so no upstream sha256 tells them apart."""
     from dataclasses import replace
 
-    from stages.report import gather
     from vocabridge.config import profile_params
+    from vocabridge.rows import gather
 
     root = Path(__file__).resolve().parents[1]
     cells = root / "results" / "plm" / "cells"
@@ -407,8 +407,8 @@ def test_the_committed_plm_cells_pool_under_their_ab_net_settings_and_no_other()
 
 def test_an_ab_net_row_s_condition_names_the_berts_its_model_starts_from():
     """`pretrain_init` of the plm study's rows: AB-Net-Enc has no target BERT (a decoder of its own)."""
-    from stages.row import condition
     from vocabridge.config import profile_params
+    from vocabridge.rows import row_condition as condition
     from vocabridge.transfer import knobs_for
 
     params, _ = profile_params(Path(__file__).resolve().parents[1], "plm")

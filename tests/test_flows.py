@@ -116,18 +116,19 @@ def test_other_work_is_measured_and_the_flow_s_own_stages_are_not(tmp_path):
 
     from vocabridge.nmt.precision import cpu_elsewhere
 
-    loop = "import time\nend = time.time() + 8\nwhile time.time() < end: pass\n"
+    loop = "import time\nend = time.time() + 10\nwhile time.time() < end: pass\n"
     child = subprocess.Popen([sys.executable, "-c", loop])
     try:
         time.sleep(0.5)
-        with_child = cpu_elsewhere(2.0)
+        with_child = cpu_elsewhere(3.0)
     finally:
         child.wait()
     # the shell exits at once: its busy loop is nobody's child here, as another user's job is
     subprocess.run(["sh", "-c", f'{sys.executable} -c "$0" >/dev/null 2>&1 &', loop], check=True)
     time.sleep(0.5)
-    detached = cpu_elsewhere(2.0)
-    assert detached > with_child + 0.3, (detached, with_child)
+    detached = cpu_elsewhere(3.0)
+    # on a quiet machine about 1 apart; with every core busy (other tests, other jobs) the loop's share of a core
+    assert detached > with_child + 0.15, (detached, with_child)
 
 
 def test_a_fine_tune_holds_the_threads_its_params_fix(monkeypatch):
@@ -263,12 +264,12 @@ def test_a_study_s_committed_cells_count_under_today_s_knobs_and_a_split_seed_is
     not), and a cell still to run of a seed whose cells ran on another base model than this workspace's is named:
     it would not pair with them."""
     from flows.study import committed
-    from stages.report import condition
-    from stages.row import resources
     from vocabridge import workspace as paths
     from vocabridge.config import load_params
     from vocabridge.fileio import sha256_file
     from vocabridge.grid import knobs_digest
+    from vocabridge.rows import cell_condition as condition
+    from vocabridge.rows import resources
     from vocabridge.transfer import resolved_knobs
 
     project = copy_project(tmp_path / "project", profile="sato")
@@ -306,9 +307,9 @@ def test_collect_copies_the_workspace_s_cells_that_pool_under_its_params_only(tm
     """`flows.study.collect`: a workspace record of today's knobs and condition is copied into the results folder; one
     left from before a change of params is not, and the results folder's own cell of that name stays as it was."""
     from flows.study import collect
-    from stages.report import condition
     from vocabridge.config import load_params
     from vocabridge.grid import knobs_digest
+    from vocabridge.rows import cell_condition as condition
     from vocabridge.transfer import resolved_knobs
 
     project = copy_project(tmp_path / "project", profile="sato")
