@@ -12,6 +12,7 @@ shows what happened; DVC decides what is up to date: every task is `dvc repro --
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import sys
 import time
@@ -102,7 +103,8 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
     done: dict[str, StageRun] = {}
     failed: dict[str, str] = {}
     not_run: list[str] = []
-    remote_names = set(dag.match(remote["stages"])) if remote and remote["stages"] else set()
+    patterns = remote["stages"] if remote and remote["stages"] else []  # checked against the whole DAG by `pipeline`
+    remote_names = {n for n in dag.stages if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
     threads_of: dict[str, int] = {}  # running stage -> the torch threads it was given here (0: elsewhere)
     while pending or running:
         for name, stage in list(pending.items()):
@@ -283,6 +285,8 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
                     logger.info("%s: %s", into / "cells", ", ".join(c.name for c in copied))
 
         remote = remote_settings(run_ws, remote_stages, stage_deployment, git_url)
+        if remote and remote["stages"]:
+            dag.match(remote["stages"])  # a pattern that names no stage is an error (run_dag runs the DAG in parts)
         if remote and is_experiment:
             raise FlowError("remote_stages with overrides or a profile is not supported yet; run the "
                             "experiment in one workspace")

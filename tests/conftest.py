@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ["params.yaml", "dvc.yaml", "profiles", "stages", "vocabridge", "corpora", ".dvc", ".gitignore",
-                 "results/default/cells",
-                 "pyproject.toml"]
+PROJECT_FILES = ["params.yaml", "dvc.yaml", "profiles", "stages", "vocabridge", "flows", "corpora", ".dvc",
+                 ".gitignore", "results/default/cells", "pyproject.toml"]  # flows/: `vocabridge results` runs it
 
 
 def write_mo(pairs: list[tuple[str, str]], charset: str = "UTF-8") -> bytes:
