@@ -296,7 +296,9 @@ def pipeline(workspace: str = ".", profile: str | None = None, rows: list[str] |
         record = RunRecord(run_ws / RUN_RECORD, est, jobs, graph.cores())
         first = Dag({n: s for n, s in dag.stages.items() if s.group == "prepare"})
         runs = []
-        if first.stages and len(first.stages) < len(dag.stages):  # the corpora first, then the check, then the rest
+        # the corpora first, then the check, then the rest (with stages sent elsewhere the DAG runs whole, as their
+        # workers pull what their upstream stages pushed: the check then reads what is prepared already)
+        if first.stages and len(first.stages) < len(dag.stages) and not remote:
             runs = run_dag(first, run_ws, jobs, forced, retry_delay, lock_timeout, remote, record, copy_cells)
             dag = Dag({n: s for n, s in dag.stages.items() if n not in first.stages})
         get_run_logger().info("preflight: %s", preflight(run_ws))

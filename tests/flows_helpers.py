@@ -45,7 +45,7 @@ def prefect_env(home: Path, api_url: str | None = None) -> dict[str, str]:
 
 def add_flows(project: Path) -> Path:
     """Put this checkout's flows/ and prefect.yaml into a project copy and commit them (workers clone it)."""
-    shutil.copytree(ROOT / "flows", project / "flows", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "flows", project / "flows", ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
     shutil.copy2(ROOT / "prefect.yaml", project / "prefect.yaml")
     for cmd in (["git", "add", "flows", "prefect.yaml"], ["git", "commit", "-qm", "flows"]):
         subprocess.run(cmd, cwd=project, check=True, env=project_env())
