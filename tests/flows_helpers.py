@@ -113,3 +113,15 @@ def task_runs(state) -> dict:
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[
             state.state_details.flow_run_id])), sort=TaskRunSort.EXPECTED_START_TIME_ASC, limit=200)
     return {r.name: r for r in runs}
+
+
+def flow_artifacts(flow_run_id) -> tuple[tuple[str, str, str], ...]:
+    """The artifacts a flow run published, as the Prefect server recorded them: (key, type, data), oldest first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
+            any_=[flow_run_id])), sort=ArtifactSort.CREATED_DESC, limit=50)
+    return tuple((a.key, a.type, a.data) for a in reversed(found))
