@@ -40,6 +40,7 @@ from vocabridge.estimate import (
     training_seconds,
 )
 from vocabridge.evaluate import heldout_verses
+from vocabridge.families import ABNET, family
 from vocabridge.grid import Cell, cells
 from vocabridge.transfer import finetune_training, get_method, knobs_for
 
@@ -238,7 +239,7 @@ def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads:
     if group == "evaluate":  # the held-out dev books are decoded beside the test set
         selection = finetune_training(row, params).dev_sentences
         test += heldout_sentences(params, corpora / "downstream", down_dev, selection)
-    if method.family == "abnet":
+    if family(method.family) is ABNET:  # priced by its kind of model on two BERTs
         kind = abnet_kind(params.abnets.get(knobs_for(row, params.rows).upstream))
         if group == "transfer":
             return start + 8 + params.diagnostics.dev_sentences * at(machine.greedy[kind], threads)

@@ -32,9 +32,9 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
     seed's committed cells ran on another (they would not pair: the seed should run whole on one machine)."""
     from vocabridge.config import load_params
     from vocabridge.errors import VocabridgeError
+    from vocabridge.families import family
     from vocabridge.rows import resources
     from vocabridge.transfer import get_method
-    from vocabridge.workspace import model_sha256
 
     params = load_params(workspace / "params.yaml")
     found = pooling(workspace, results / "cells", params)
@@ -52,8 +52,8 @@ def committed(workspace: Path, results: Path, todo: Iterable[Cell]) -> Committed
             continue  # its row stage says what is wrong
         name = weights.parent.name
         if name not in ours:
-            family = get_method(cell.row, params.rows).family
-            ours[name] = model_sha256(weights, family) if weights.is_file() else None
+            fam = family(get_method(cell.row, params.rows).family)
+            ours[name] = fam.sha256(weights) if weights.is_file() else None
         if theirs.get((name, cell.seed)) and ours[name] not in theirs[name, cell.seed]:
             split.setdefault((name, cell.seed), []).append(cell.row)
     warnings = [f"seed {seed}: its committed cells ran on upstream model '{name}' "

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vocabridge.cli import add_workspace_commands
 from vocabridge.config import read_yaml
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
@@ -68,18 +69,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="vocabridge", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    est = sub.add_parser("estimate", help="measure this machine and print each stage's expected wall time")
-    est.add_argument("--profile", default=None,
-                     help="price profiles/NAME.yaml over params.yaml without changing it (default: params.yaml)")
-    est.add_argument("--fresh", action="store_true", help="measure again instead of using the cached figures")
-    est.add_argument("--jobs", type=int, default=0, help="the flow's stages at once (default as the flow: 0)")
-    res = sub.add_parser("results", help="copy the finished run's report, metrics, curves and dvc.lock into "
-                                         "results/PROFILE")
-    res.add_argument("--out", type=Path, default=None, help="where to write (default results/PROFILE)")
-    res.add_argument("--allow-stale", action="store_true", help="collect even if `dvc status` is not clean")
-    res.add_argument("--cells", action="store_true",
-                     help="only copy the workspace's finished cells (data/cells) into OUT/cells: adds, never "
-                          "deletes, needs no finished run")
+    add_workspace_commands(sub)
     args = parser.parse_args(argv)
     root = Path.cwd()
     if not (root / "dvc.yaml").is_file():

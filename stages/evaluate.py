@@ -22,11 +22,11 @@ from dataclasses import asdict, replace
 
 from stages._grid import cell_stage_args
 from vocabridge import workspace as paths
-from vocabridge.config import translated_upstream
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.decoding import RowDecoder
 from vocabridge.entry import run
 from vocabridge.evaluate import score, second_test_set
+from vocabridge.families import ModelFamily
 from vocabridge.fileio import atomic_dir, write_json, write_lines
 from vocabridge.grid import VERSION, Cell, code_commit, condition_digest, machine, text_digest
 from vocabridge.nmt.train import threads_of, use_compute
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> None:
     device = use_compute(params.compute)
     decode = RowDecoder(paths.finetuned(cell), cfg, params.abnet.decoding, device, threads_of(params.compute.threads))
     decoder, src, tgt, precision = decode.name, decode.src, decode.tgt, decode.precision
-    family = "abnet" if decode.abnet else "nmt"  # which fine-tune budget the model trained under
+    family = decode.family  # which fine-tune budget the model trained under
     stamp = json.loads(paths.row_file(cell.row).read_text(encoding="utf-8"))  # the row's knobs (stage row@ROW)
     corpus = paths.CORPORA / "downstream"
     sources, refs = read_text_lines(corpus / f"test.{lang.src}"), read_text_lines(corpus / f"test.{lang.tgt}")
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> None:
                "length_penalty": cfg.length_penalty, "vocab_size": {"src": len(src), "tgt": len(tgt)},
                **score(hyps, refs), **speed, **precision.as_metrics()}
     upstream_hyps, up_refs = [], []
-    if cfg.upstream_sentences and translated_upstream(params, stamp["knobs"].get("upstream"), decode.abnet):
+    if cfg.upstream_sentences and family.translated_upstream(params, stamp["knobs"].get("upstream")):
         up = paths.CORPORA / "upstream"
         n = cfg.upstream_sentences
         up_sources = read_text_lines(up / f"test.{lang.src}")[:n]
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
 
 
 def cell_record(cell: Cell, stamp: dict, params, metrics: dict, refs: list[str], up_refs: list[str],
-                family: str) -> dict:
+                family: ModelFamily) -> dict:
     """Everything the report reads of a cell, from this stage's scores, the row's stamp and the earlier stages'
     files."""
 
@@ -90,7 +90,7 @@ def cell_record(cell: Cell, stamp: dict, params, metrics: dict, refs: list[str],
     train_pairs = stamp["knobs"].get("train_pairs")
     train_pairs = params.finetune.train_pairs if train_pairs is None else train_pairs
     # the row's budget (vocabridge.transfer.finetune_training, from the stamp's knobs) and the cell's seed
-    training = asdict(replace(params.training_for(family, stamp["knobs"].get("max_updates")), seed=cell.seed))
+    training = asdict(replace(family.training(params, stamp["knobs"].get("max_updates")), seed=cell.seed))
     return {
         "version": VERSION, "study": params.profile, "row": cell.row, "seed": cell.seed, "cell": cell.name,
         "method": stamp["method"], "knobs": stamp["knobs"], "knobs_digest": stamp["knobs_digest"],
@@ -108,12 +108,12 @@ def cell_record(cell: Cell, stamp: dict, params, metrics: dict, refs: list[str],
     }
 
 
-def heldout_dev(params, family: str) -> tuple[list[str], list[str], list[str]]:
+def heldout_dev(params, family: ModelFamily) -> tuple[list[str], list[str], list[str]]:
     """The second test set (`vocabridge.evaluate.second_test_set`: a user's second test file, or the dev pairs of
     the books that no checkpoint selection read, which reads the first dev_sentences dev pairs): sources,
     references and the distinct books or documents."""
     sources, refs, books = second_test_set(paths.CORPORA / "downstream", params.lang,
-                                           params.training_for(family).dev_sentences)
+                                           family.training(params).dev_sentences)
     return sources, refs, sorted(set(books))
 
 

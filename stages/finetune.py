@@ -20,12 +20,12 @@ from vocabridge.corpora.sample import add_pairs, sample_pairs
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError
+from vocabridge.families import family
+from vocabridge.family_models import models_of
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.nmt.forgetting import Keep, read_old_rows
-from vocabridge.nmt.model import copy_model_dir, load_model, save_model
-from vocabridge.nmt.train import State, fingerprint_of, fit, use_compute, write_logs
-from vocabridge.plm.abnet import load_abnet, save_abnet
-from vocabridge.plm.train import fit_abnet
+from vocabridge.nmt.model import copy_model_dir
+from vocabridge.nmt.train import State, fingerprint_of, use_compute, write_logs
 from vocabridge.transfer import finetune_training, get_method, knobs_for
 
 
@@ -43,15 +43,12 @@ def main(argv: list[str]) -> None:
         write_logs(State(), plots)
         write_json(metrics, {"updates": 0, "best_update": 0, "seed": cell.seed})
         return
-    abnet = method.family == "abnet"  # an AB-Net row: its own trainer (and budget: finetune_training)
+    fam = family(method.family)  # its budget (finetune_training) and what identifies its model
+    models = models_of(fam)  # its loader, trainer and writer
     cfg = finetune_training(name, params, cell.seed)
     device = use_compute(params.compute)
-    if abnet:
-        model, src, tgt = load_abnet(init, device)
-        weights = init / "adapters.safetensors"
-    else:
-        model, src, tgt = load_model(init, str(device))
-        weights = init / "model.safetensors"
+    model, src, tgt = models.load(init, device)
+    weights = fam.weights(init)
     corpus = paths.CORPORA / "downstream"
     backtranslated = [sha256_file(paths.BACKTRANSLATED / "stats.json")] if knobs.backtranslated else []
     if knobs.backtranslated and not json.loads((paths.BACKTRANSLATED / "stats.json").read_text())["pairs"]:
@@ -66,8 +63,8 @@ def main(argv: list[str]) -> None:
     if knobs.freeze_old_rows or knobs.new_rows_first:
         keep = Keep(read_old_rows(init), bool(knobs.freeze_old_rows), knobs.new_rows_first or 0)
     fingerprint = fingerprint_of("finetune", cell.name, asdict(lang), asdict(cfg), sha256_file(corpus / "stats.json"),
-                                 paths.model_sha256(weights, method.family), *([row] if row else []), *backtranslated,
-                                 *([asdict(params.abnet.dev_decoding), params.abnet.length_weight] if abnet else []))
+                                 fam.sha256(weights), *([row] if row else []), *backtranslated,
+                                 *models.fingerprint_settings(params))
     key, pairs = ((f"rows.{name}.train_pairs", knobs.train_pairs) if knobs.train_pairs is not None
                   else ("finetune.train_pairs", params.finetune.train_pairs))
     with tempfile.TemporaryDirectory(prefix="vocabridge-pairs-") as tmp:
@@ -78,20 +75,12 @@ def main(argv: list[str]) -> None:
         if knobs.mix_upstream:  # and a fixed sample of original-domain pairs, their share of the whole
             corpus = mix_upstream(corpus, lang, knobs.mix_upstream, Path(tmp), f"rows.{name}.mix_upstream")
         checkpoints = paths.per_cell(paths.CHECKPOINTS / "finetune", cell)
-        if abnet:
-            state, summary = fit_abnet(model, src, tgt, corpus, lang, cfg, checkpoints, fingerprint,
-                                       f"finetune {cell.name}", params.abnet.dev_decoding, params.abnet.length_weight)
-        else:
-            state, summary = fit(model, src, tgt, corpus, lang, cfg, checkpoints, fingerprint, f"finetune {cell.name}",
-                                 keep=keep)
+        state, summary = models.fit(model, src, tgt, corpus, cfg, checkpoints, fingerprint, f"finetune {cell.name}",
+                                 params, keep=keep)
     summary |= {"seed": cfg.seed, **({"sampled_pairs": pairs} if pairs else {})}
     if backtranslated:
         summary["backtranslated_pairs"] = json.loads((paths.BACKTRANSLATED / "stats.json").read_text())["pairs"]
-    if abnet:
-        save_abnet(model, out, src, tgt)
-    else:
-        with atomic_dir(out) as tmp:
-            save_model(model.cpu(), src, tgt, tmp)
+    models.save(model, src, tgt, out)
     write_logs(state, plots)
     write_json(metrics, summary)
     print(summary)

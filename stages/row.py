@@ -16,6 +16,7 @@ from stages._grid import row_stage_args
 from vocabridge import workspace as paths
 from vocabridge.entry import run
 from vocabridge.errors import InputError
+from vocabridge.families import family
 from vocabridge.fileio import sha256_file, write_json
 from vocabridge.grid import knobs_digest
 from vocabridge.rows import resources, row_condition
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> None:
     resolved = resolved_knobs(row, params.rows)
     write_json(paths.row_file(row), {
         "row": row, "method": resolved["method"], "knobs": resolved, "knobs_digest": knobs_digest(resolved),
-        "upstream": {"name": knobs.upstream, "sha256": paths.model_sha256(files["upstream"], method.family)},
+        "upstream": {"name": knobs.upstream, "sha256": family(method.family).sha256(files["upstream"])},
         "condition": row_condition(params, knobs, method.family),
         "resources": {key: {"path": str(path), "sha256": sha256_file(path)} for key, path in files.items()},
     })

@@ -13,10 +13,10 @@ import json
 
 from stages._grid import cell_stage_args
 from vocabridge import workspace as paths
-from vocabridge.config import translated_upstream
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.entry import run
 from vocabridge.errors import ConfigError, InputError
+from vocabridge.families import ABNET, family
 from vocabridge.fileio import atomic_dir, sha256_file, write_json
 from vocabridge.grid import Cell
 from vocabridge.nmt.forgetting import write_old_rows
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
         if knobs.train_pairs > available:
             raise ConfigError(f"params.yaml: rows.{name}.train_pairs: {knobs.train_pairs} is more than the "
                               f"{available} training pairs of {corpus}")
-    if method.family == "abnet":
+    if family(method.family) is ABNET:  # its AB-Net as the abnet stage left it (or its decoder adapted)
         abnet_row(cell, params, knobs, method)
         return
     res = resources(params, knobs, cell.seed)
@@ -123,7 +123,7 @@ def abnet_row(cell: Cell, params, knobs, method) -> None:
         write_json(tmp / "diagnostics.json", diagnostics)
     scores = {"dev_bleu": None, "dev_perplexity": None, "leave_one_out_cosine_encoder": None,
               "leave_one_out_cosine_decoder": None}
-    if translated_upstream(params, knobs.upstream, abnet=True):
+    if ABNET.translated_upstream(params, knobs.upstream):
         n = params.diagnostics.dev_sentences
         sources, refs = (read_text_lines(corpus / f"dev.{code}")[:n] for code in (lang.src, lang.tgt))
         use_compute(params.compute)

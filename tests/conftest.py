@@ -255,11 +255,14 @@ def _uses_tiny_flow(item) -> bool:
 def pytest_collection_modifyitems(config, items) -> None:
     """Run order for two pytest-xdist workers: one test that needs the tiny flow first (its worker runs the flow,
     about 5 minutes), then the tests that do not need it (the other worker runs those meanwhile), then the rest
-    of the tests that read the flow, which both workers then share. In one process the order changes nothing
-    that a test may depend on (each test sets up its own state)."""
+    of the tests that read the flow, which both workers then share, those of minutes (`long`) first so that the
+    two workers finish together. In one process the order changes nothing that a test may depend on (each test
+    sets up its own state)."""
     tiny = [item for item in items if _uses_tiny_flow(item)]
     rest = [item for item in items if not _uses_tiny_flow(item)]
-    items[:] = tiny[:1] + rest + tiny[1:]
+    first, later = tiny[:1], tiny[1:]
+    items[:] = (first + rest + [item for item in later if item.get_closest_marker("long")]
+                + [item for item in later if not item.get_closest_marker("long")])
 
 
 @pytest.fixture(scope="session")

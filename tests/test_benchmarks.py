@@ -117,3 +117,15 @@ def test_startup_benchmark_times_stages_and_finds_no_slow_library_loaded_at_impo
     # transformers' model code, gensim and pandas cost seconds: a stage imports them where it uses them
     assert {"transformers", "gensim", "pandas"}.isdisjoint(loaded["cbow"] + loaded["evaluate"]), loaded
     assert "torch" in loaded["evaluate"]
+
+
+def test_shared_decode_speed_benchmark_decodes_alike_both_ways(tmp_path):
+    """benchmarks/shared_decode_speed.py on an M2M100 model it builds: greedy, every output identical."""
+    from tests.conftest import DE_BIBLE, DE_IT
+
+    (tmp_path / "in.de").write_text("\n".join(DE_BIBLE + DE_IT) + "\n", encoding="utf-8")
+    done = run(["benchmarks/shared_decode_speed.py", "--input", str(tmp_path / "in.de"), "--sentences", "6",
+                "--beam", "1", "--threads", "1", "--repeat", "1", "--d-model", "16", "--layers", "1",
+                "--vocab-size", "60"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ctranslate2 / transformers = " in done.stdout and "identical outputs 6/6" in done.stdout

@@ -348,10 +348,13 @@ def test_committing_cells_adds_and_never_deletes(two_sessions, tmp_path):
 
 
 def test_an_ab_net_s_identity_covers_its_berts_and_a_marian_model_s_is_its_weights_file(tmp_path):
-    """What cells pair by (`stages._cells.model_sha256`): two AB-Net directories with the same trained part on
-    other BERTs are other upstream models (a GPU's BERTs differ from a CPU's)."""
+    """What cells pair by (`vocabridge.families.ModelFamily.sha256`): two AB-Net directories with the same trained
+    part on other BERTs are other upstream models (a GPU's BERTs differ from a CPU's)."""
+    from vocabridge.families import family
     from vocabridge.fileio import sha256_file
-    from vocabridge.workspace import model_sha256
+
+    def model_sha256(weights: Path, name: str) -> str:
+        return family(name).sha256(weights)
 
     def abnet_dir(name: str, bert: bytes) -> Path:
         folder = tmp_path / name

@@ -193,13 +193,13 @@ def test_a_sponsored_model_sets_its_own_terms_over_abnet_sponsored():
 
 
 def test_only_a_model_that_trained_upstream_has_upstream_translation_to_score():
-    from vocabridge.config import translated_upstream
+    from vocabridge.families import ABNET, NMT
 
     data = {"plms": {"de": {}, "en": {}}, "abnets": {"abnet": {}, "abnet-down": {"upstream": False}}}
     params = validate(parse(Params, data, "params"))
-    assert translated_upstream(params, None, abnet=False)  # NMT rows: in-domain keeps the floor of forgetting
-    assert translated_upstream(params, "abnet", abnet=True)
-    assert not translated_upstream(params, "abnet-down", abnet=True)
+    assert NMT.translated_upstream(params, None)  # NMT rows: in-domain keeps the floor of forgetting
+    assert ABNET.translated_upstream(params, "abnet")
+    assert not ABNET.translated_upstream(params, "abnet-down")
 
 
 # params.yaml keys whose value deliberately differs from the dataclass default (every other leaf must equal it)

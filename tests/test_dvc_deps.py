@@ -241,7 +241,7 @@ PARAMS_EXEMPT = {
                  "spm": "the same", "finetune.train_pairs": "the same (mix_downstream)"},
     "finetune": {"backtranslation.upstream": "named in an error message only"},
     "evaluate": {"finetune.train_pairs": "stamped into the record; the fine-tune it names is a dep",
-                 "training_for": "the same (the fine-tune's budget)", "profile": "stamped: the study's name"},
+                 "profile": "stamped: the study's name"},
 }
 
 
@@ -258,6 +258,20 @@ def params_read(module: Path) -> set[str]:
     return {c for c in chains if not any(other.startswith(c + ".") for other in chains)}
 
 
+# Library modules that read settings on a stage's behalf (the stage hands them `params`): a stage that imports one
+# reads what it reads.
+PARAMS_READERS = {"vocabridge.family_models": "vocabridge/family_models.py"}
+
+
+def readers_imported(module: Path) -> list[str]:
+    """The PARAMS_READERS files a stage module imports."""
+    found = []
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module in PARAMS_READERS:
+            found.append(PARAMS_READERS[node.module])
+    return found
+
+
 def unlisted_params(stages: dict, root: Path = ROOT) -> dict[str, list[str]]:
     """{stage: [settings its module reads that none of its params keys covers]} (a key covers itself, what lies
     under it, and a section that holds it: passing `params.abnet` along to a stage listing abnet.x is not flagged)."""
@@ -269,7 +283,9 @@ def unlisted_params(stages: dict, root: Path = ROOT) -> dict[str, list[str]]:
             continue
         keys = [str(key).replace("${key}", "*").replace("${item.row}", "*") for key in definition.get("params", [])]
         exempt = PARAMS_EXEMPT["*"] | PARAMS_EXEMPT.get(stage, {})
-        missing = sorted(chain for chain in params_read(root / module_file(entry, root))
+        module = root / module_file(entry, root)
+        read = params_read(module).union(*(params_read(root / reader) for reader in readers_imported(module)))
+        missing = sorted(chain for chain in read
                          if not any(chain == key or chain.startswith(key + ".") or key.startswith(chain + ".")
                                     or chain.startswith(key.removesuffix(".*") + ".") for key in keys)
                          and not any(chain == e or chain.startswith(e + ".") for e in exempt))

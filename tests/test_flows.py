@@ -537,6 +537,7 @@ def test_rerun_on_an_up_to_date_workspace_runs_no_stage(flow_copy):
 
 
 @e2e
+@pytest.mark.long
 def test_a_study_runs_only_the_cells_its_results_folder_lacks_and_collects_each_as_it_lands(flow_copy):
     """`--collect` copies each cell into results/PROFILE/cells as its evaluation finishes; `--missing` then finds
     nothing to run, and after a cell is lost from the folder runs that cell's stages only and collects it again."""
@@ -558,6 +559,7 @@ def test_a_study_runs_only_the_cells_its_results_folder_lacks_and_collects_each_
 
 
 @e2e
+@pytest.mark.long
 def test_a_new_upstream_model_leaves_the_other_rows_cells_alone_and_dvc_lock_current(flow_copy):
     """A row added on a new upstream model (FT-tgtV) trains it; ft-srcv's row stage, which reads the folder that
     model lands in, runs again after it (DVC sees the folder changed), rewrites the same file, and its cell is up
@@ -704,6 +706,7 @@ def test_a_lasting_failure_fails_the_flow_with_the_stage_s_error_and_keeps_what_
 # Deployments on a real Prefect server, with the spm stages scaled out to a second work pool.
 
 @e2e
+@pytest.mark.long
 def test_deployment_on_a_real_server_scales_stages_out_through_a_dvc_remote(tmp_path, download_cache, tiny_project):
     """`prefect deploy` from prefect.yaml; the `full` deployment runs on a cpu pool and sends spm@* to the
     `gpu` pool, whose worker runs each in its own clone with data through a local-folder DVC remote; then the

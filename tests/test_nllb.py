@@ -94,7 +94,7 @@ def test_adapt_then_finetune_then_translate(pretrained):
     proc = _adapt(root, adapted, "--method", "fvt")
     assert proc.returncode == 0, proc.stderr[-2000:]
     diagnostics = json.loads((adapted / "diagnostics.json").read_text())
-    assert diagnostics["family"] == family and diagnostics["shared"]["rows"]["projected"] > 0
+    assert diagnostics["architecture"] == family and diagnostics["shared"]["rows"]["projected"] > 0
     model = AutoModelForSeq2SeqLM.from_pretrained(adapted, use_safetensors=True, local_files_only=True)
     assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()  # still tied
     old, new = _rows(root / "model"), _rows(adapted)
@@ -213,3 +213,23 @@ def test_audit_reads_the_shared_vocabulary(pretrained):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((root / "audit" / "audit.json").read_text())["sides"][0]["side"] == "src"
 
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_ctranslate2_decodes_as_transformers_does(pretrained, beam):
+    """`translate --decoder ctranslate2` (converted from the directory) against transformers' search on the same
+    directory: the random tiny model writes every line to the length limit, so the limits agree too; greedy
+    outputs are identical, beam outputs nearly (the two searches stop differently: vocabridge.ct2)."""
+    from vocabridge.nmt.shared import translate_lines, translate_lines_ct2
+
+    family, root = pretrained
+    src_lang, tgt_lang, _ = LANGS[family]
+    lines = DE_BIBLE[:3] + DE_IT[:3] + [" ".join(DE_BIBLE)]  # the last one past the 64 positions
+    ours, speed = translate_lines_ct2(root / "model", lines, src_lang, tgt_lang, beam=beam, threads=1)
+    theirs, _ = translate_lines(root / "model", lines, src_lang, tgt_lang, torch.device("cpu"), beam=beam)
+    assert speed["sentences_per_second"] > 0 and len(ours) == len(lines)
+    assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= (len(lines) if beam == 1 else len(lines) - 2)
+    assert speed["mean_output_tokens"] > 15 and any(theirs)  # not empty outputs compared
+    bad = cli("translate", "--model", str(root / "model"), "--input", str(root / "bible.de"), "--src-lang", src_lang,
+              "--tgt-lang", LANGS[family][2], "--decoder", "ctranslate2")
+    assert bad.returncode != 0 and "unknown language code" in bad.stderr

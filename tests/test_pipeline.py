@@ -333,6 +333,7 @@ def ran_stages(stdout: str) -> list[str]:
 
 
 @e2e
+@pytest.mark.long
 def test_up_to_date_workspace_runs_nothing_and_forced_reruns_are_byte_identical(tiny_copy):
     """The session's flow ran the DAG two stages at a time; `dvc repro` one by one, every training started again
     from update 0 (checkpoints removed), writes the same bytes. Then the fine-tune once more with the flow's
@@ -364,6 +365,7 @@ def test_up_to_date_workspace_runs_nothing_and_forced_reruns_are_byte_identical(
 
 
 @e2e
+@pytest.mark.long
 def test_overriding_one_param_reruns_only_what_depends_on_it(tiny_copy):
     # a row of each kind: the pretrained vocabulary as it is (out-domain: copied; ft-srcv: fine-tuned), the
     # downstream vocabulary on the decoder only (patt-eg-kd) and on both sides (va-llm)
@@ -583,6 +585,7 @@ def test_pretraining_can_start_from_cbow_rows(tiny_copy):
 
 
 @e2e
+@pytest.mark.long
 def test_rows_with_an_upstream_model_of_their_own(tiny_copy):
     """ft-tgtv, joint-vocab and bpe-drop: upstream@NAME pretrains the base recipe with the downstream vocabularies,
     vocabularies trained on both domains' text, or sampled segmentations; each row fine-tunes its own model. mdl:
@@ -751,6 +754,7 @@ PLM_ROWS = {"abnets": {"abnet": {}, "mask-predict": {"plms": False}, "abnet-enc"
 
 
 @e2e
+@pytest.mark.long
 def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     """AB-Net (Guo et al. 2020) on the plm stage's BERTs, AB-Net-Enc and the Mask-Predict baseline: trained on the
     upstream corpus (abnet@NAME), fine-tuned, decoded (Mask-Predict, beam search) and reported beside the NMT rows,
@@ -827,7 +831,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
     start_target = load_file(tiny_copy / "data/models/upstream/plm-nmt-no-plm-enc/target/model.safetensors")
     assert all(start_target[k].equal(plm[k]) for k in plm)
     assert not (cell(tiny_copy, "models/finetuned", "plm-nmt-no-plm-enc") / "teacher").exists()
-    # its cells pair by the whole upstream model, BERTs and all (stages._cells.model_sha256)
+    # its cells pair by the whole upstream model, BERTs and all (vocabridge.families.ModelFamily.sha256)
     weights = tiny_copy / "data/models/upstream/plm-nmt-no-plm-enc/adapters.safetensors"
     assert record(tiny_copy, "plm-nmt-no-plm-enc")["upstream"]["sha256"] == sha256_tree(weights.parent)
     assert_scored(tiny_copy, ours, "plm-nmt-no-plm-enc")
@@ -855,6 +859,7 @@ def test_abnet_and_mask_predict_rows_run_in_the_matrix_of_methods(tiny_copy):
 
 
 @e2e
+@pytest.mark.long
 def test_a_users_own_corpus_is_checked_before_training_then_scored_whole_by_documents(tiny_copy):
     """The downstream Bible of the tiny workspace given back as a user's files: training text with one over-long
     pair, a test TSV with a document column and a repeated line, dev files with a side file of documents and a

@@ -195,7 +195,7 @@ def test_sato_table_5_tests_back_translation_and_its_orthogonality_to_va_llm():
 
 def test_a_tiny_p_after_holm_reads_as_below_a_bound_not_as_zero():
     from vocabridge.papers import SATO_TABLE_5
-    from vocabridge.report import _paper_markdown, ordering_verdicts, p_text, paper_layout
+    from vocabridge.report import ordering_verdicts, p_text, paper_layout, paper_markdown
     from vocabridge.significance import Comparison
 
     assert p_text(0.0) == "<0.0001" and p_text(0.02791) == "0.028" and p_text(None) is None
@@ -205,7 +205,7 @@ def test_a_tiny_p_after_holm_reads_as_below_a_bound_not_as_zero():
     assert verdicts.set_index("ordering").loc["va-llm-bt > va-llm", "p_holm"] == 0  # CSV: 4 places (p_value whole)
     rows = ["va-llm-bt", "va-llm"]
     seeds = pd.DataFrame([{"group": r, "seeds": 5, "bleu_mean": 9.0, "bleu_std": 0.3} for r in rows])
-    text = _paper_markdown(SATO_TABLE_5, paper_layout(SATO_TABLE_5, seeds, {r: r for r in rows}), verdicts, rows, {})
+    text = paper_markdown(SATO_TABLE_5, paper_layout(SATO_TABLE_5, seeds, {r: r for r in rows}), verdicts, rows, {})
     line = next(x for x in text.splitlines() if x.startswith("| va-llm-bt > va-llm |"))
     assert "| <0.0001 |" in line and "| reversed |" in line and "| 0 |" not in line
 

@@ -79,17 +79,17 @@ def adapt_methods() -> dict[str, object]:
 def adapt(args: argparse.Namespace) -> dict:
     """Give a user's Marian/OPUS-MT, NLLB-200 or M2M100 model vocabularies fitted to their in-domain text (see
     `adapt --help`)."""
+    from vocabridge.architectures import check_model_dir
     from vocabridge.cbow import save_vectors, train_cbow
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, write_json
-    from vocabridge.hf_families import check_model_dir
     from vocabridge.nmt.forgetting import write_old_rows
     from vocabridge.nmt.model import save_model
     from vocabridge.tokenizers import train_spm
     from vocabridge.transfer import Resources, get_method, knobs_for, needs, start_method
     from vocabridge.transfer.init_map import read_init_map
 
-    family = check_model_dir(args.model)
+    arch = check_model_dir(args.model)
     init_map = read_init_map(args.init_map) if args.init_map else None  # its line errors before any training
     rows = {args.method: TransferMethod(
         sides=args.sides, shared=args.shared, k=args.k, reg=args.reg, extend=args.extend, init_from=args.init_from,
@@ -98,8 +98,8 @@ def adapt(args: argparse.Namespace) -> dict:
     method, start, uses = get_method(args.method), start_method(args.method, rows), needs(args.method, rows)
     knobs = knobs_for(args.method, rows)
     pairs = distill_pairs(args) if "pairs" in uses else None  # a text that is not parallel fails before training
-    if family.shared:
-        return adapt_shared(args, family, method, knobs, init_map, pairs)
+    if arch.shared:
+        return adapt_shared(args, arch, method, knobs, init_map, pairs)
     roles = {"encoder": ("src", args.src_text), "decoder": ("tgt", args.tgt_text)}
     adapted = ["encoder", "decoder"] if knobs.sides == "both" else [knobs.sides]
     for side in adapted:
@@ -153,7 +153,7 @@ def distill_pairs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return src, tgt
 
 
-def adapt_shared(args: argparse.Namespace, family, method, knobs, init_map, pairs=None) -> dict:
+def adapt_shared(args: argparse.Namespace, arch, method, knobs, init_map, pairs=None) -> dict:
     """`adapt` for NLLB-200 and M2M100: one vocabulary trained on the text of both languages replaces (or with
     --extend, extends) the model's shared one (vocabridge.transfer.shared); distill then fits the new rows on
     `pairs`, read in --src-lang and --tgt-lang."""
@@ -166,15 +166,15 @@ def adapt_shared(args: argparse.Namespace, family, method, knobs, init_map, pair
     from vocabridge.transfer.shared import distill_shared
 
     if knobs.sides != "both":
-        raise ConfigError(f"adapt: {args.model} is a {family.label} model with one vocabulary for both languages; "
+        raise ConfigError(f"adapt: {args.model} is a {arch.label} model with one vocabulary for both languages; "
                           f"--sides does not apply (leave it out)")
     start = METHODS[knobs.init_from] if method.distills else method
     if start.generator:
         raise ConfigError(f"adapt: --method {args.method} needs a generator, which `train-generator` trains for "
-                          f"Marian models only; pick another method for a {family.label} model")
+                          f"Marian models only; pick another method for a {arch.label} model")
     if pairs is not None and not (args.src_lang and args.tgt_lang):
-        raise ConfigError(f"adapt: --method {args.method} on a {family.label} model needs --src-lang and --tgt-lang "
-                          f"(the language codes its sentences start with, e.g. '{family.lang_example}')")
+        raise ConfigError(f"adapt: --method {args.method} on a {arch.label} model needs --src-lang and --tgt-lang "
+                          f"(the language codes its sentences start with, e.g. '{arch.lang_example}')")
     lines = [line for f in [*args.src_text, *args.tgt_text] for line in read_text_lines(f)]
     if not lines:
         raise ConfigError("adapt: give --src-text and/or --tgt-text (the shared vocabulary is trained on both)")
@@ -199,7 +199,7 @@ def adapt_shared(args: argparse.Namespace, family, method, knobs, init_map, pair
                                                 args.tgt_lang)
         diagnostics["init_from"] = knobs.init_from
     diagnostics |= {"method": args.method, "vocab_size": {"shared": len(vocab)}, "pretrained": str(args.model),
-                    "family": family.name}
+                    "architecture": arch.name}
     with atomic_dir(args.out) as tmp:
         save_model(model, vocab, tmp, like=args.model)
         write_json(tmp / "diagnostics.json", diagnostics)
@@ -212,19 +212,19 @@ def audit(args: argparse.Namespace) -> tuple[list[dict], list]:
 
     import sentencepiece as spm
 
+    from vocabridge.architectures import SPM_FILE, check_model_dir
     from vocabridge.audit import audit_side, detect_side, markdown, plot, table_rows
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, write_json
-    from vocabridge.hf_families import SPM_FILE, check_model_dir
 
-    family = check_model_dir(args.model)
+    arch = check_model_dir(args.model)
     if not (args.text or args.src_text or args.tgt_text):
         raise ConfigError("audit: give --text, or --src-text and/or --tgt-text")
     if args.text and (args.src_text or args.tgt_text):
         raise ConfigError("audit: --text picks its side itself; give it alone, or --src-text/--tgt-text")
     if any(size < 10 for size in args.sizes):
         raise ConfigError(f"audit: --sizes: every size must be at least 10, got {args.sizes}")
-    files = {"src": SPM_FILE, "tgt": SPM_FILE} if family.shared else {"src": "source.spm", "tgt": "target.spm"}
+    files = {"src": SPM_FILE, "tgt": SPM_FILE} if arch.shared else {"src": "source.spm", "tgt": "target.spm"}
     models = {role: spm.SentencePieceProcessor(model_file=str(args.model / name)) for role, name in files.items()}
     texts = {role: [line for f in files for line in read_text_lines(f)]
              for role, files in (("src", args.src_text), ("tgt", args.tgt_text)) if files}
@@ -247,15 +247,15 @@ def finetune(args: argparse.Namespace) -> dict:
     import shutil
     from dataclasses import asdict
 
+    from vocabridge.architectures import check_model_dir
     from vocabridge.config import Lang, Training
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_dir, sha256_file, write_json
-    from vocabridge.hf_families import check_model_dir
     from vocabridge.nmt.model import load_model, save_model
     from vocabridge.nmt.train import fingerprint_of, fit, use_compute, write_logs
 
-    family = check_model_dir(args.model)
-    check_langs(args, family, "finetune")
+    arch = check_model_dir(args.model)
+    check_langs(args, arch, "finetune")
     files = {"train.src": args.src_train, "train.tgt": args.tgt_train, "dev.src": args.src_dev, "dev.tgt": args.tgt_dev}
     for split in ("train", "dev"):
         src, tgt = files[f"{split}.src"], files[f"{split}.tgt"]
@@ -268,8 +268,8 @@ def finetune(args: argparse.Namespace) -> dict:
                    bf16={"auto": "auto", "true": True, "false": False}[args.bf16], seed=args.seed)
     checkpoints = args.checkpoints or args.out.with_name(args.out.name + ".checkpoints")
     device = use_compute(SimpleNamespace(threads=args.threads, device=args.device))
-    keep, mixed = keep_options(args, family)
-    if family.shared:
+    keep, mixed = keep_options(args, arch)
+    if arch.shared:
         return finetune_shared(args, cfg, files, checkpoints, device)
     model, src, tgt = load_model(args.model, str(device))
     fingerprint = fingerprint_of("finetune", asdict(cfg), sha256_file(args.model / "model.safetensors"),
@@ -289,7 +289,7 @@ def finetune(args: argparse.Namespace) -> dict:
     return summary
 
 
-def keep_options(args: argparse.Namespace, family):
+def keep_options(args: argparse.Namespace, arch):
     """`finetune`'s forgetting options: what it holds (nmt.forgetting.Keep or None) and the original-domain pairs
     it mixes in (None, or {src, tgt, share}); checked before anything trains."""
     from vocabridge.corpora.user import read_text_lines
@@ -297,9 +297,9 @@ def keep_options(args: argparse.Namespace, family):
 
     holding = args.freeze_old_rows or args.new_rows_first
     mixing = args.mix_src is not None or args.mix_tgt is not None
-    if (holding or mixing) and family.shared:
+    if (holding or mixing) and arch.shared:
         raise ConfigError(f"finetune: --freeze-old-rows, --new-rows-first and --mix-* are for Marian models; "
-                          f"{args.model} is a {family.label} model")
+                          f"{args.model} is a {arch.label} model")
     if args.new_rows_first < 0:
         raise ConfigError(f"finetune: --new-rows-first must be >= 0, got {args.new_rows_first}")
     keep = Keep(read_old_rows(args.model), args.freeze_old_rows, args.new_rows_first) if holding else None
@@ -333,15 +333,15 @@ def mix_pairs(corpus: Path, mixed: dict) -> int:
     return want
 
 
-def check_langs(args: argparse.Namespace, family, command: str) -> None:
+def check_langs(args: argparse.Namespace, arch, command: str) -> None:
     """NLLB-200 and M2M100 need the language codes of both sides; a Marian model knows its pair."""
     given = args.src_lang is not None or args.tgt_lang is not None
-    if family.shared and (args.src_lang is None or args.tgt_lang is None):
-        raise ConfigError(f"{command}: {args.model} is a {family.label} model: give --src-lang and --tgt-lang "
-                          f"(language codes such as {family.lang_example})")
-    if given and not family.shared:
+    if arch.shared and (args.src_lang is None or args.tgt_lang is None):
+        raise ConfigError(f"{command}: {args.model} is a {arch.label} model: give --src-lang and --tgt-lang "
+                          f"(language codes such as {arch.lang_example})")
+    if given and not arch.shared:
         raise ConfigError(f"{command}: --src-lang/--tgt-lang are for NLLB-200 and M2M100 models; {args.model} is "
-                          f"a {family.label} model, which knows its language pair")
+                          f"a {arch.label} model, which knows its language pair")
 
 
 def finetune_shared(args: argparse.Namespace, cfg, files: dict[str, Path], checkpoints: Path, device) -> dict:
@@ -426,19 +426,24 @@ def translate(args: argparse.Namespace) -> dict:
 
     import torch
 
+    from vocabridge.architectures import check_model_dir
     from vocabridge.corpora.user import read_text_lines
     from vocabridge.fileio import atomic_file
-    from vocabridge.hf_families import check_model_dir
     from vocabridge.nmt.train import device_of, threads_of
     from vocabridge.nmt.translate import ModelTranslator
 
-    family = check_model_dir(args.model)
-    check_langs(args, family, "translate")
+    arch = check_model_dir(args.model)
+    check_langs(args, arch, "translate")
     lines = read_text_lines(args.input)
     threads = threads_of(args.threads)
     torch.set_num_threads(threads)
     search = {"beam": args.beam, "length_penalty": args.length_penalty, "batch_tokens": args.batch_tokens}
-    if family.shared:  # transformers' search: the CTranslate2 conversion is Marian's
+    if arch.shared and args.decoder == "ctranslate2":  # converted from the directory, as a Marian model is
+        from vocabridge.nmt.shared import translate_lines_ct2
+
+        hyps, speed = translate_lines_ct2(args.model, lines, args.src_lang, args.tgt_lang, threads=threads,
+                                           device=device_of(args.device).type, **search)
+    elif arch.shared:
         from vocabridge.nmt.precision import resolve_bf16
         from vocabridge.nmt.shared import translate_lines
 
@@ -501,6 +506,33 @@ def add_lang_flags(parser: argparse.ArgumentParser) -> None:
                         help="NLLB-200/M2M100 only: the source language code (deu_Latn for NLLB, de for M2M100)")
     parser.add_argument("--tgt-lang", default=None, metavar="CODE",
                         help="NLLB-200/M2M100 only: the target language code (eng_Latn for NLLB, en for M2M100)")
+
+
+def add_workspace_commands(sub) -> None:
+    """The workspace's commands, `estimate` and `results`, on an argparse subparsers object: one definition for
+    `vocabridge --help` here and for flows/workspace.py, which runs them (the library imports no pipeline)."""
+    est = sub.add_parser(
+        "estimate", help="measure this machine (under a minute) and print each stage's expected wall time",
+        description="Time a few training updates of the profile's models at the flow's thread layout, greedy and "
+                    "beam decoding and a stage's start-up on this machine, then price every stage of dvc.yaml "
+                    "for `dvc repro` (one at a time) and for the Prefect flow (side by side). Run it in the "
+                    "project's root. Measurements are cached per machine and profile (--fresh times again).")
+    est.add_argument("--profile", default=None,
+                     help="price profiles/NAME.yaml over params.yaml without changing it (default: params.yaml)")
+    est.add_argument("--fresh", action="store_true", help="measure again instead of using the cached figures")
+    est.add_argument("--jobs", type=int, default=0, help="the flow's stages at once (default as the flow: 0)")
+    res = sub.add_parser(
+        "results", help="copy the finished run's report, metrics, curves and dvc.lock into results/PROFILE",
+        description="The results ledger: the report, its tables and plots, every stage's metrics, the "
+                    "dvc.lock and params.yaml of the run, and a line naming the CPU/GPU and thread layout, into "
+                    "results/PROFILE/ (replaced, except results/PROFILE/cells: the study's committed cells stay "
+                    "and the workspace's finished cells are added) to commit. Refuses while `dvc status` shows "
+                    "stale stages. --cells copies only the finished cells, while a run is still going.")
+    res.add_argument("--out", type=Path, default=None, help="where to write (default results/PROFILE)")
+    res.add_argument("--allow-stale", action="store_true", help="collect even if `dvc status` is not clean")
+    res.add_argument("--cells", action="store_true",
+                     help="only copy the workspace's finished cells (data/cells) into OUT/cells: adds, never "
+                          "deletes, needs no finished run")
 
 
 def main(argv: list[str]) -> None:
@@ -703,28 +735,7 @@ def main(argv: list[str]) -> None:
     tr.add_argument("--bf16", choices=["auto", "true", "false"], default=str(decoding.bf16).lower(),
                     help="transformers only, as evaluate.bf16 (default %(default)s; false: scores independent of "
                          "the CPU)")
-    est = sub.add_parser(
-        "estimate", help="measure this machine (under a minute) and print each stage's expected wall time",
-        description="Time a few training updates of the profile's models at the flow's thread layout, greedy and "
-                    "beam decoding and a stage's start-up on this machine, then price every stage of dvc.yaml "
-                    "for `dvc repro` (one at a time) and for the Prefect flow (side by side). Run it in the "
-                    "project's root. Measurements are cached per machine and profile (--fresh times again).")
-    est.add_argument("--profile", default=None,
-                     help="price profiles/NAME.yaml over params.yaml without changing it (default: params.yaml)")
-    est.add_argument("--fresh", action="store_true", help="measure again instead of using the cached figures")
-    est.add_argument("--jobs", type=int, default=0, help="the flow's stages at once (default as the flow: 0)")
-    res = sub.add_parser(
-        "results", help="copy the finished run's report, metrics, curves and dvc.lock into results/PROFILE",
-        description="The results ledger: the report, its tables and plots, every stage's metrics, the "
-                    "dvc.lock and params.yaml of the run, and a line naming the CPU/GPU and thread layout, into "
-                    "results/PROFILE/ (replaced, except results/PROFILE/cells: the study's committed cells stay "
-                    "and the workspace's finished cells are added) to commit. Refuses while `dvc status` shows "
-                    "stale stages. --cells copies only the finished cells, while a run is still going.")
-    res.add_argument("--out", type=Path, default=None, help="where to write (default results/PROFILE)")
-    res.add_argument("--allow-stale", action="store_true", help="collect even if `dvc status` is not clean")
-    res.add_argument("--cells", action="store_true",
-                     help="only copy the workspace's finished cells (data/cells) into OUT/cells: adds, never "
-                          "deletes, needs no finished run")
+    add_workspace_commands(sub)
     sz = sub.add_parser(
         "sizes", help="one study's verdicts at several in-domain sizes, side by side, with two figures",
         description="Read results folders of one study run at different in-domain sizes (each a report with its "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -526,12 +526,6 @@ class Params:
     report: Report = field(default_factory=Report)
     compute: Compute = field(default_factory=Compute)
 
-    def training_for(self, family: str, max_updates: int | None = None) -> Training:
-        """The config a fine-tune of a method family runs under: AB-Net models (`abnet`) with their own trainer's
-        budget, `abnet.finetune`; Marian models (`nmt`) with `finetune.train`; a row's own `max_updates` over it."""
-        training = self.abnet.finetune if family == "abnet" else self.finetune.train
-        return training if max_updates is None else replace(training, max_updates=max_updates)
-
 
 def _type_name(tp) -> str:
     return getattr(tp, "__name__", str(tp))
@@ -696,14 +690,6 @@ def abnet_settings(params: Params, name: str) -> dict[str, Any]:
         settings = {"sponsored": {key: value for key, value in changed(cfg.sponsored, default.sponsored).items()
                                   if key not in entry.sponsored}}
     return {key: value for key, value in settings.items() if value not in ({}, None)}
-
-
-def translated_upstream(params: Params, upstream: str | None, abnet: bool) -> bool:
-    """Whether a row's model learned to translate the upstream domain before its fine-tune: every NMT row's upstream
-    model did (in-domain, which starts from nothing, keeps the forgetting figure as its floor); an AB-Net row's did
-    when its `abnets` entry `upstream` trained upstream. A model that never did has no zero-shot dev BLEU to decode
-    (it writes every verse to the length limit) and no upstream translation to forget."""
-    return not abnet or params.abnets[upstream].upstream
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

@@ -11,25 +11,27 @@ from pathlib import Path
 import torch
 
 from vocabridge.config import Evaluate, MaskPredict
+from vocabridge.families import ABNET, of_model_dir
 from vocabridge.nmt.precision import Precision
 from vocabridge.nmt.translate import ModelTranslator
-from vocabridge.plm.abnet import family_of, load_abnet
+from vocabridge.plm.abnet import kind_of, load_abnet
 from vocabridge.plm.train import translate_abnet
 
 
 class RowDecoder:
     """`decoder(lines)` -> (hypotheses in input order, speed figures); `one_at_a_time=True` decodes each sentence
-    as its own batch (Guo et al.'s latency). `name` says which decoding ran, `abnet` whether the model is of the
-    AB-Net family (its own decoding, always fp32)."""
+    as its own batch (Guo et al.'s latency). `name` says which decoding ran, `family` the model's
+    (vocabridge.families: the AB-Net family decodes with its own search, always in fp32)."""
 
     def __init__(self, model_dir: Path, cfg: Evaluate, mask_predict: MaskPredict, device: torch.device,
                  threads: int = 1):
         self.cfg, self.mask_predict = cfg, mask_predict
-        self.abnet = (Path(model_dir) / "abnet.json").is_file()
+        self.family = of_model_dir(Path(model_dir))
+        self.abnet = self.family is ABNET
         if self.abnet:
             self.model, self.src, self.tgt = load_abnet(Path(model_dir), device)
             self.precision = Precision(False, "AB-Net decodes in fp32")
-            self.name = family_of(self.model).decoding
+            self.name = kind_of(self.model).decoding
         else:
             self.translator = ModelTranslator(model_dir, cfg.decoder, device, cfg.bf16, threads)
             self.src, self.tgt, self.precision = self.translator.src, self.translator.tgt, self.translator.precision

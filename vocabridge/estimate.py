@@ -205,11 +205,11 @@ def time_mlm_updates(arch, vocab: int, cfg, pieces: int, threads: int, device: t
 
 
 def abnet_kind(spec: AbnetModel | None) -> str:
-    """The estimator's name for an abnets entry's model: its family's kind (vocabridge.plm.abnet.FAMILIES), and
+    """The estimator's name for an abnets entry's model: its kind (vocabridge.plm.abnet.KINDS), and
     mask-predict for AB-Net without BERTs (every layer trains: another price)."""
-    from vocabridge.plm.abnet import family_for
+    from vocabridge.plm.abnet import kind_for
 
-    kind = family_for(spec.decoder if spec is not None else "mask-predict").kind
+    kind = kind_for(spec.decoder if spec is not None else "mask-predict").kind
     return "mask-predict" if kind == "abnet" and spec is not None and not spec.plms else kind
 
 
@@ -220,7 +220,7 @@ def abnet_updater(params: Params, vocab: int, pieces: int, device: torch.device,
     the trainer and the batch too (for timing its decoding)."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from vocabridge.plm.abnet import build_abnet, family_for, mask_targets, model_kind, plm_sides
+    from vocabridge.plm.abnet import build_abnet, kind_for, mask_targets, model_kind, plm_sides
     from vocabridge.plm.sponsored import auxiliary_labels
     from vocabridge.plm.train import TRAINERS
 
@@ -236,7 +236,7 @@ def abnet_updater(params: Params, vocab: int, pieces: int, device: torch.device,
     adapters = dataclasses.replace(params.abnet.adapters,
                                    max_target_len=min(params.abnet.adapters.max_target_len, arch.max_positions - 2))
     settings = params.abnet.sponsored
-    sponsoring = family_for(spec.decoder).kind == "plm-nmt"
+    sponsoring = kind_for(spec.decoder).kind == "plm-nmt"
     teacher = BertForMaskedLM(config) if sponsoring and plm_sides(pretrained)[0] and settings.distill else None
     model = build_abnet(*berts, adapters, pretrained is True, spec.decoder, settings, teacher, SPECIAL_IDS)
     model = model.to(device).train()

@@ -11,8 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from vocabridge import workspace as paths
-from vocabridge.config import abnet_settings
 from vocabridge.errors import ConfigError
+from vocabridge.families import family as get_family
 from vocabridge.grid import Gathered, condition_digest, decoding_digest, knobs_digest, read_cells, text_digest
 from vocabridge.transfer import (
     finetune_training,
@@ -25,34 +25,19 @@ from vocabridge.transfer import (
 )
 
 
-def upstream_weights(name: str, family: str):
-    """The weights file of an upstream model (a Marian model, or an AB-Net's trained part)."""
-    folder = paths.upstream(name)
-    return folder / ("adapters.safetensors" if family == "abnet" else "model.safetensors")
+def upstream_weights(name: str, family: str) -> Path:
+    """The weights file of an upstream model of a family (a Marian model, or an AB-Net's trained part)."""
+    return get_family(family).weights(paths.upstream(name))
 
 
 def row_condition(params, knobs, family: str) -> dict:
     """The condition a row's cells run under: `pretrain_init` (how its upstream model's embedding rows started:
     params.pretrain.init, which the base model and every `upstreams` entry share; `external model` for the user's
     model; an AB-Net's: its BERTs pretrained or random), the upstream model and its recipe (None for the base
-    model; an AB-Net's `abnets` entry), the shared-token policy and the sides; for an AB-Net row also the abnet-wide
-    settings it runs under where they are not the defaults (`abnet`: config.abnet_settings)."""
-    name = knobs.upstream
-    if family == "abnet":
-        entry = params.abnets[name]
-        berts = {True: "pretrained BERTs", False: "random", "encoder": "pretrained source BERT, random target",
-                 "decoder": "random source, pretrained target BERT"}[entry.plms]
-        if entry.decoder == "autoregressive":  # AB-Net-Enc: a decoder of its own, no target BERT
-            berts = "pretrained source BERT" if entry.plms in (True, "encoder") else "random"
-        init = f"abnet: {berts}" + (
-            "" if entry.upstream else ", no upstream training")
-        recipe = asdict(entry)
-        settings = abnet_settings(params, name)
-    else:
-        init = "external model" if params.pretrain.external_model else params.pretrain.init
-        recipe = asdict(params.upstreams[name]) if name != "base" else None
-        settings = {}
-    return {"pretrain_init": init, "upstream": name, "upstream_recipe": recipe, "shared": knobs.shared,
+    model; an AB-Net's `abnets` entry), the shared-token policy and the sides; and the family-wide settings it runs
+    under where they are not the defaults (an AB-Net row's `abnet`: config.abnet_settings)."""
+    init, recipe, settings = get_family(family).pretrain_condition(params, knobs.upstream)
+    return {"pretrain_init": init, "upstream": knobs.upstream, "upstream_recipe": recipe, "shared": knobs.shared,
             "sides": knobs.sides, **({"abnet": settings} if settings else {})}
 
 
@@ -61,13 +46,7 @@ def resources(row: str, params) -> dict[str, Path]:
     cannot run; read by this stage and by the flow, which starts a row once these exist, not once every upstream
     model does."""
     method, knobs = get_method(row, params.rows), knobs_for(row, params.rows)
-    if method.family == "abnet" and knobs.upstream not in params.abnets:
-        raise ConfigError(f"params.yaml: rows.{row}.upstream: '{knobs.upstream}' is not an AB-Net model; add "
-                          f"abnets.{knobs.upstream} (AB-Net models: {', '.join(sorted(params.abnets)) or 'none'})")
-    if method.family != "abnet" and knobs.upstream != "base" and knobs.upstream not in params.upstreams:
-        known = ", ".join(["base", *sorted(params.upstreams)])
-        raise ConfigError(f"params.yaml: rows.{row}.upstream: '{knobs.upstream}' is not an upstream model; add "
-                          f"upstreams.{knobs.upstream} (upstream models: {known})")
+    get_family(method.family).check_upstream(row, knobs.upstream, params)
     files = {"upstream": upstream_weights(knobs.upstream, method.family)}
     if "cbow" in needs(row, params.rows):
         files |= {f"cbow.{code}": paths.CBOW / f"{code}.bin" for code in (params.lang.src, params.lang.tgt)}
@@ -88,8 +67,8 @@ def gather(params, folders: list[Path], refs: list[str] | None) -> Gathered:
     fine-tune's condition, an AB-Net row's model settings and, given `refs`, the test set; the flow's `--missing`
     reads the same."""
     expected = {row: knobs_digest(resolved_knobs(row, params.rows)) for row in params.rows}
-    stamped = {row: row_condition(params, knobs_for(row, params.rows), "abnet") for row in params.rows
-               if get_method(row, params.rows).family == "abnet"}
+    stamped = {row: row_condition(params, knobs_for(row, params.rows), fam.name) for row in params.rows
+               if (fam := get_family(get_method(row, params.rows).family)).stamps_condition}
     as_is = {row for row in params.rows if not get_method(row, params.rows).finetune}
     conditions = {row: cell_condition(params, row) for row in params.rows}
     return read_cells(folders, expected, test_digest=None if refs is None else text_digest(refs),

@@ -60,12 +60,3 @@ def cell_record(cell: Cell) -> Path:
 def per_cell(folder: Path, cell: Cell, suffix: str = "") -> Path:
     """A cell's file or folder under a per-stage folder: data/metrics/finetune/ROW/sSEED.json and the like."""
     return folder / cell.path.with_name(cell.path.name + suffix)
-
-
-def model_sha256(weights: Path, family: str) -> str:
-    """A model's identity (what cells pair by, what a fine-tune's checkpoint belongs to): its weights file's
-    sha256; an AB-Net directory's covers the BERTs beside it too (a model built alike on other BERTs has the
-    same adapters file)."""
-    from vocabridge.fileio import sha256_file, sha256_tree
-
-    return sha256_tree(weights.parent) if family == "abnet" else sha256_file(weights)

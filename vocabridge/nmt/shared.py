@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,8 +23,8 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
+from vocabridge.architectures import NLLB, SPM_FILE, Architecture, check_model_dir
 from vocabridge.errors import InputError
-from vocabridge.hf_families import NLLB, SPM_FILE, Family, check_model_dir
 from vocabridge.nmt.data import padding_share
 from vocabridge.nmt.train import Trainer, dev_loss
 from vocabridge.nmt.translate import translate
@@ -44,7 +45,7 @@ class SharedVocab:
     tokens: list[str]  # by id; `<unused_i>` for rows the tokenizer names no token for
     sp: spm.SentencePieceProcessor
     spm_bytes: bytes
-    family: Family
+    architecture: Architecture
     lang: int | None = None
 
     def __len__(self) -> int:
@@ -72,10 +73,10 @@ class SharedVocab:
 
     def for_lang(self, code: str, model_dir: Path) -> SharedVocab:
         """This vocabulary for sentences of language `code`; an unknown code is the user's error."""
-        token = self.family.lang_token(code)
+        token = self.architecture.lang_token(code)
         if token not in self.tail:
-            raise InputError(f"{model_dir}: unknown language code '{code}' for this {self.family.label} model "
-                             f"(codes look like '{self.family.lang_example}')")
+            raise InputError(f"{model_dir}: unknown language code '{code}' for this {self.architecture.label} model "
+                             f"(codes look like '{self.architecture.lang_example}')")
         return dataclasses.replace(self, lang=self.tokens.index(token))
 
     def _lookup(self) -> np.ndarray:
@@ -127,7 +128,7 @@ def load_vocab(path: Path) -> SharedVocab:
     from transformers import AutoTokenizer
 
     path = Path(path)
-    family = check_model_dir(path)
+    arch = check_model_dir(path)
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     mapping = dict(tok.get_vocab()) | dict(getattr(tok, "lang_token_to_id", {}))  # M2M100 computes code ids
     rows = json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"]
@@ -137,7 +138,7 @@ def load_vocab(path: Path) -> SharedVocab:
     if tuple(tokens[:4]) != HEAD:
         raise InputError(f"{path}: the tokenizer's first ids are {tokens[:4]}, expected {list(HEAD)}")
     blob = (path / SPM_FILE).read_bytes()
-    return SharedVocab(tokens, spm.SentencePieceProcessor(model_proto=blob), blob, family)
+    return SharedVocab(tokens, spm.SentencePieceProcessor(model_proto=blob), blob, arch)
 
 
 def load_model(path: Path, device: str = "cpu") -> tuple[M2M100ForConditionalGeneration, SharedVocab]:
@@ -156,14 +157,14 @@ def save_model(model: M2M100ForConditionalGeneration, vocab: SharedVocab, out: P
     from transformers.generation.configuration_utils import GenerationConfig
 
     out.mkdir(parents=True, exist_ok=True)
-    forced = {"forced_bos_token_id": vocab.tokens.index(vocab.family.lang_token(tgt_lang))} if tgt_lang else {}
+    forced = {"forced_bos_token_id": vocab.tokens.index(vocab.architecture.lang_token(tgt_lang))} if tgt_lang else {}
     model.generation_config = GenerationConfig(bos_token_id=BOS, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
                                                decoder_start_token_id=EOS_ID, **forced)
     model.save_pretrained(out, safe_serialization=True)
     (out / SPM_FILE).write_bytes(vocab.spm_bytes)
     settings = json.loads((Path(like) / "tokenizer_config.json").read_text(encoding="utf-8"))
     langs = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
-    tok = (_nllb_tokenizer if vocab.family is NLLB else _m2m100_tokenizer)(vocab, out, settings, langs)
+    tok = (_nllb_tokenizer if vocab.architecture is NLLB else _m2m100_tokenizer)(vocab, out, settings, langs)
     tok.save_pretrained(out)
     _check_tokenizer(vocab, out)
 
@@ -256,3 +257,23 @@ def translate_lines(model_dir: Path, lines: list[str], src_lang: str, tgt_lang: 
     src, tgt = vocab.for_lang(src_lang, model_dir), vocab.for_lang(tgt_lang, model_dir)
     model.generation_config.forced_bos_token_id = tgt.lang
     return translate(model, src, tgt, lines, **search)
+
+
+def translate_lines_ct2(model_dir: Path, lines: list[str], src_lang: str, tgt_lang: str, *, beam: int = 5,
+                         length_penalty: float = 1.0, batch_tokens: int = 4000, patience: float = 2.0,
+                         threads: int = 2, device: str = "cpu",
+                         compute_type: str = "default") -> tuple[list[str], dict]:
+    """`translate_lines` by CTranslate2 (vocabridge.ct2): the directory converted in memory, `src_lang` into
+    `tgt_lang` (the architecture's codes); outputs as transformers' (greedy: the same; beam: nearly)."""
+    from vocabridge.ct2 import m2m100_spec, translate_converted, write_spec
+
+    model, vocab = load_model(Path(model_dir))  # checks the directory; weights from safetensors only
+    src, tgt = vocab.for_lang(src_lang, model_dir), vocab.for_lang(tgt_lang, model_dir)
+    limit = model.config.max_position_embeddings
+    forced_eos = getattr(model.generation_config, "forced_eos_token_id", None) is not None
+    with tempfile.TemporaryDirectory(prefix="vocabridge-ct2-") as tmp:
+        ct2_dir = write_spec(m2m100_spec(model, vocab), Path(tmp) / "ct2")
+        del model
+        return translate_converted(ct2_dir, src, tgt, limit, lines, beam=beam, length_penalty=length_penalty,
+                                   batch_tokens=batch_tokens, patience=patience, threads=threads, device=device,
+                                   compute_type=compute_type, prefix=[tgt.tokens[tgt.lang]], forced_eos=forced_eos)

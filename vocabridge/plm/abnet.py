@@ -311,8 +311,9 @@ def untied(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 @dataclass(frozen=True)
-class Family:
-    """A model family on two BERTs: one registry (`FAMILIES`), as `vocabridge.transfer.METHODS` is for methods."""
+class Kind:
+    """A kind of model on two BERTs (the AB-Net family of vocabridge.families): one registry (`KINDS`), as
+    `vocabridge.transfer.METHODS` is for methods."""
 
     kind: str  # abnet.json's kind, the estimator's and the abnet rows' name
     decoder: str  # abnets.NAME.decoder, which builds it (build_abnet)
@@ -321,42 +322,42 @@ class Family:
     searched: bool  # decoded left to right by beam search (else Mask-Predict)
 
 
-FAMILIES = {family.kind: family for family in (
-    Family("abnet", "mask-predict", "mask-predict", target_bert=True, searched=False),
-    Family("abnet-enc", "autoregressive", "transformers (AB-Net-Enc)", target_bert=False, searched=True),
-    Family("plm-nmt", "coordinator", "beam search (PLM-sponsored)", target_bert=True, searched=True))}
-DECODERS = tuple(family.decoder for family in FAMILIES.values())  # abnets.NAME.decoder's values
+KINDS = {kind.kind: kind for kind in (
+    Kind("abnet", "mask-predict", "mask-predict", target_bert=True, searched=False),
+    Kind("abnet-enc", "autoregressive", "transformers (AB-Net-Enc)", target_bert=False, searched=True),
+    Kind("plm-nmt", "coordinator", "beam search (PLM-sponsored)", target_bert=True, searched=True))}
+DECODERS = tuple(kind.decoder for kind in KINDS.values())  # abnets.NAME.decoder's values
 
 
-def family_for(decoder: str) -> Family:
-    for family in FAMILIES.values():
-        if family.decoder == decoder:
-            return family
+def kind_for(decoder: str) -> Kind:
+    for kind in KINDS.values():
+        if kind.decoder == decoder:
+            return kind
     raise InputError(f"abnets: decoder {decoder!r} is none of {', '.join(DECODERS)}")
 
 
-def family_of(model) -> Family:
-    """The family of a built model (the one place that tells the classes apart)."""
+def kind_of(model) -> Kind:
+    """The kind of a built model (the one place that tells the classes apart)."""
     if isinstance(model, PlmSponsored):
-        return FAMILIES["plm-nmt"]
-    return FAMILIES["abnet-enc" if isinstance(model, ABNetEnc) else "abnet"]
+        return KINDS["plm-nmt"]
+    return KINDS["abnet-enc" if isinstance(model, ABNetEnc) else "abnet"]
 
 
 def model_kind(model) -> str:
     """abnet | abnet-enc | plm-nmt: what abnet.json records, and how a model directory loads and decodes."""
-    return family_of(model).kind
+    return kind_of(model).kind
 
 
 def save_abnet(model, out: Path, source_tokenizer, target_tokenizer) -> None:
     """A model directory: source/ and target/ (Hugging Face BERT directories as the model holds them; AB-Net-Enc
     has no target BERT, its target/ holds the tokenizer only; the PLM-sponsored model adds its frozen teacher/),
     adapters.safetensors (everything else that trained) and abnet.json (kind and sizes)."""
-    family = family_of(model)
-    kind = family.kind
+    found = kind_of(model)
+    kind = found.kind
     with atomic_dir(out) as tmp:
         model.source_bert.save_pretrained(tmp / "source", safe_serialization=True)
         source_tokenizer.save_pretrained(tmp / "source")
-        if family.target_bert:
+        if found.target_bert:
             model.target_bert.save_pretrained(tmp / "target", safe_serialization=True)
         target_tokenizer.save_pretrained(tmp / "target")
         if kind == "plm-nmt" and model.teacher is not None:
@@ -389,8 +390,8 @@ def load_abnet(path: Path, device: torch.device | str = "cpu"):
     source_bert, source_tokenizer = load_bert(path / "source")
     size = AbnetAdapters(**meta["size"])
     kind = meta.get("kind", "abnet")
-    if kind not in FAMILIES:
-        raise InputError(f"{path}/abnet.json: kind {kind!r} is none of {', '.join(FAMILIES)}")
+    if kind not in KINDS:
+        raise InputError(f"{path}/abnet.json: kind {kind!r} is none of {', '.join(KINDS)}")
     if kind == "plm-nmt":
         from vocabridge.config import Sponsored
 
@@ -414,13 +415,13 @@ def load_abnet(path: Path, device: torch.device | str = "cpu"):
 def build_abnet(source_bert: BertForMaskedLM, target_bert: BertForMaskedLM, adapters: AbnetAdapters, pretrained: bool,
                 decoder: str = "mask-predict", sponsored=None, teacher: BertForMaskedLM | None = None,
                 special: dict[str, int] | None = None):
-    """The model family `decoder` names, on two BERTs (the one place that maps the name to a class):
+    """The kind of model `decoder` names, on two BERTs (the one place that maps the name to a class):
     mask-predict: AB-Net (BERTs frozen when `pretrained`); autoregressive: AB-Net-Enc, a decoder from scratch with
     the target BERT's sizes and vocabulary (`special`: its cls/sep/pad ids); coordinator: the PLM-sponsored model
     (settings `sponsored`, its frozen `teacher` or None)."""
     from transformers.models.bert.modeling_bert import BertLMHeadModel
 
-    kind = family_for(decoder).kind
+    kind = kind_for(decoder).kind
     if kind == "plm-nmt":
         return PlmSponsored(source_bert, target_bert, teacher, sponsored, adapters)
     if kind == "abnet-enc":
@@ -442,7 +443,7 @@ def plm_sides(plms: bool | str) -> tuple[bool, bool]:
 
 def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretrained: bool | str, seed: int,
               decoder: str = "mask-predict", sponsored=None):
-    """An untrained model of family `decoder` (build_abnet) on the BERT directories (model, source tokenizer,
+    """An untrained model of the kind `decoder` names (build_abnet) on the BERT directories (model, source tokenizer,
     target tokenizer). `pretrained` false: the same layers re-initialised at random and all of them trained (the
     Mask-Predict baseline); "encoder" / "decoder": only that side's BERT keeps its weights (Duan & Zhao's Table
     4). The PLM-sponsored model's teacher is a frozen copy of the source BERT, where the source BERT is one."""
@@ -458,7 +459,7 @@ def new_abnet(source_dir: Path, target_dir: Path, adapters: AbnetAdapters, pretr
     if not keep_target:
         target_bert = type(target_bert)(target_bert.config)
         target_bert.set_attn_implementation("eager")
-    sponsoring = family_for(decoder).kind == "plm-nmt"
+    sponsoring = kind_for(decoder).kind == "plm-nmt"
     teacher = load_bert(source_dir)[0] if sponsoring and keep_source and sponsored.distill else None
     special = {"cls": target_tokenizer.cls_token_id, "sep": target_tokenizer.sep_token_id,
                "pad": target_tokenizer.pad_token_id}

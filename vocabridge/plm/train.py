@@ -24,7 +24,7 @@ from vocabridge.plm.abnet import (
     ABNetEnc,
     beam_search,
     cmlm_loss,
-    family_of,
+    kind_of,
     mask_predict,
     mask_targets,
     model_kind,
@@ -70,7 +70,7 @@ def translate_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, ta
     """Translations of `sentences` (batches of similar length, output in input order): Mask-Predict for AB-Net,
     beam search (`beam`, `length_penalty`) for AB-Net-Enc and the PLM-sponsored model; and the speed figures the
     evaluate stage reports for every row."""
-    was_training, device, family = model.training, next(model.parameters()).device, family_of(model)
+    was_training, device, kind = model.training, next(model.parameters()).device, kind_of(model)
     model.eval()
     ids = source_tokenizer(sentences, add_special_tokens=True, truncation=True,
                            max_length=model.source_bert.config.max_position_embeddings - 1)["input_ids"]
@@ -82,8 +82,8 @@ def translate_abnet(model: ABNet | ABNetEnc | PlmSponsored, source_tokenizer, ta
     for start in range(0, len(order), decoding.batch_sentences):
         chunk = order[start : start + decoding.batch_sentences]
         source, keep = (t.to(device) for t in pad_sources([ids[i] for i in chunk], source_tokenizer.pad_token_id))
-        if family.searched:
-            search = beam_search if family.kind == "abnet-enc" else sponsored_beam_search
+        if kind.searched:
+            search = beam_search if kind.kind == "abnet-enc" else sponsored_beam_search
             pieces = search(model, source, keep, special_ids(target_tokenizer), beam, length_penalty,
                             model.size.max_target_len)
             ran = [len(p) + 1 for p in pieces]  # one decoder step a piece and one for [SEP]

@@ -28,6 +28,7 @@ from vocabridge.cbow import load_vectors
 from vocabridge.config import Diagnostics, Training, TransferMethod
 from vocabridge.corpora.user import read_text_lines
 from vocabridge.errors import ConfigError, InputError
+from vocabridge.families import FAMILIES, family
 from vocabridge.fileio import sha256_file
 from vocabridge.nmt.model import build_model, load_model
 from vocabridge.nmt.vocab import Vocab, pair_vocabs
@@ -93,12 +94,14 @@ class Method:
     vocabulary: str = "downstream"  # whose vocabulary the model ends up with: upstream | downstream
     defaults: dict = field(default_factory=dict)  # knobs that differ from DEFAULT_KNOBS
     generator: str | None = None  # the generator variant (params' generator.variants) the method needs
-    family: str = "nmt"  # nmt: a Marian model; abnet: an AB-Net of the abnet stage (vocabridge.plm), which the
-    #                      transfer stage takes as it is
+    family: str = "nmt"  # vocabridge.families: nmt, a Marian model; abnet, an AB-Net of the abnet stage
+    #                      (vocabridge.plm), which the transfer stage takes as it is
 
     def __post_init__(self):
         if not self.needs <= NEEDS:
             raise ValueError(f"Method.needs: unknown {sorted(self.needs - NEEDS)} (known: {sorted(NEEDS)})")
+        if self.family not in FAMILIES:
+            raise ValueError(f"Method.family: unknown {self.family!r} (known: {', '.join(FAMILIES)})")
 
     @property
     def adapts(self) -> bool:
@@ -341,7 +344,7 @@ def needs(name: str, rows: dict[str, TransferMethod] | None = None) -> frozenset
 def finetune_training(name: str, params, seed: int | None = None) -> Training:
     """The training config a row's fine-tune runs under: its method family's, with the row's own `max_updates`
     where it sets one, and with `seed` a cell's (the grid's seed: batch order and dropout)."""
-    training = params.training_for(get_method(name, params.rows).family, knobs_for(name, params.rows).max_updates)
+    training = family(get_method(name, params.rows).family).training(params, knobs_for(name, params.rows).max_updates)
     return training if seed is None else dataclasses.replace(training, seed=seed)
 
 
@@ -442,7 +445,7 @@ def check_distill(name: str, knobs: TransferMethod, method: Method) -> TransferM
 def check_keep(name: str, knobs: TransferMethod, method: Method) -> None:
     """The fine-tune's forgetting knobs (vocabridge.nmt.forgetting): for a Marian row that fine-tunes."""
     held = knobs.freeze_old_rows or knobs.new_rows_first or knobs.mix_upstream
-    if held and (method.family != "nmt" or not method.finetune):
+    if held and (not family(method.family).forgetting_knobs or not method.finetune):
         raise ConfigError(f"params.yaml: rows.{name}: freeze_old_rows, new_rows_first and mix_upstream need a "
                           f"translation-model row that fine-tunes; '{knobs.method or name}' is not one")
     if knobs.new_rows_first is not None and knobs.new_rows_first < 0:

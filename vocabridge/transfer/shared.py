@@ -83,7 +83,7 @@ def adapt_shared(pretrained: Path, spm_bytes: bytes, text: list[str], initialize
         spm_bytes, diagnostics["extension"] = extend_bpe(old, spm.SentencePieceProcessor(model_proto=spm_bytes),
                                                          text, knobs.extend)
     new_sp = spm.SentencePieceProcessor(model_proto=spm_bytes)
-    new = SharedVocab(vocab_tokens(spm_bytes, old.tail), new_sp, spm_bytes, old.family)
+    new = SharedVocab(vocab_tokens(spm_bytes, old.tail), new_sp, spm_bytes, old.architecture)
     emb = model.get_input_embeddings().weight.detach().float().numpy().copy()
     side = Side("shared", old.tokens, new.tokens, emb, aux, old.sp, aux_file, new_sp, text or None)
     old_index = side.old_index

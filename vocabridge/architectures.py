@@ -1,9 +1,11 @@
-"""The model families vocabridge reads, told apart by config.json's `model_type` (and the tokenizer's class).
+"""The architectures of a practitioner's own model that vocabridge adapts, told apart by config.json's
+`model_type` (and the tokenizer's class).
 
 Marian/OPUS-MT directories have one vocabulary per side (source.spm, target.spm, vocab.json); NLLB-200 and
 M2M100 share one `m2m_100` architecture and ONE vocabulary for both sides (sentencepiece.bpe.model), embeddings
 tied across encoder, decoder and output, and mark the language of each side with a language-code token. The
-one place that knows which is which: the commands ask `family_of` and branch on `Family.shared`.
+one place that knows which is which: the commands ask `architecture_of` and branch on `Architecture.shared`. (The
+pipeline's own families of model, Marian and AB-Net, are `vocabridge.families`.)
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ SPM_FILE = "sentencepiece.bpe.model"  # the SentencePiece model the NLLB and M2M
 
 
 @dataclass(frozen=True)
-class Family:
-    """What differs between the families vocabridge adapts."""
+class Architecture:
+    """What differs between the architectures vocabridge adapts."""
 
     name: str  # marian | nllb | m2m100
     label: str  # as the user knows it, in messages
@@ -32,9 +34,9 @@ class Family:
         return f"__{code}__" if self.name == "m2m100" else code
 
 
-MARIAN = Family("marian", "Marian/OPUS-MT", False, ("source.spm", "target.spm", "vocab.json"))
-NLLB = Family("nllb", "NLLB-200", True, (SPM_FILE, "tokenizer_config.json"), "deu_Latn")
-M2M100 = Family("m2m100", "M2M100", True, (SPM_FILE, "vocab.json", "tokenizer_config.json"), "de")
+MARIAN = Architecture("marian", "Marian/OPUS-MT", False, ("source.spm", "target.spm", "vocab.json"))
+NLLB = Architecture("nllb", "NLLB-200", True, (SPM_FILE, "tokenizer_config.json"), "deu_Latn")
+M2M100 = Architecture("m2m100", "M2M100", True, (SPM_FILE, "vocab.json", "tokenizer_config.json"), "de")
 TOKENIZERS = {"NllbTokenizer": NLLB, "NllbTokenizerFast": NLLB, "M2M100Tokenizer": M2M100}
 
 
@@ -45,8 +47,8 @@ def _json(path: Path) -> dict:
         raise InputError(f"{path}: unreadable ({type(err).__name__})") from None
 
 
-def family_of(path: Path) -> Family:
-    """The family of a model directory, with one clear line for a folder vocabridge cannot adapt."""
+def architecture_of(path: Path) -> Architecture:
+    """The architecture of a model directory, with one clear line for a folder vocabridge cannot adapt."""
     path = Path(path)
     if not path.is_dir():
         raise InputError(f"{path}: no such model directory")
@@ -63,18 +65,18 @@ def family_of(path: Path) -> Family:
     return TOKENIZERS[cls]
 
 
-def check_model_dir(path: Path) -> Family:
-    """A clear error for a folder that is not a model directory of a family vocabridge reads safely (a folder
+def check_model_dir(path: Path) -> Architecture:
+    """A clear error for a folder that is not a model directory of an architecture vocabridge reads safely (a folder
     that is no m2m_100 model gets Marian's checks and messages)."""
     from vocabridge.nmt.model import check_model_dir as check_marian
 
-    family = family_of(path)
-    if family is MARIAN:
+    arch = architecture_of(path)
+    if arch is MARIAN:
         check_marian(path)
-        return family
+        return arch
     if (path / "pytorch_model.bin").is_file() and not (path / "model.safetensors").is_file():
         raise InputError(f"{path}: only pytorch_model.bin (pickle) found; convert it to model.safetensors first")
-    missing = [name for name in ("model.safetensors", *family.files) if not (path / name).is_file()]
+    missing = [name for name in ("model.safetensors", *arch.files) if not (path / name).is_file()]
     if missing:
-        raise InputError(f"{path}: not a complete {family.label} model directory (missing {missing})")
-    return family
+        raise InputError(f"{path}: not a complete {arch.label} model directory (missing {missing})")
+    return arch
