@@ -200,3 +200,22 @@ def test_distillation_loss_is_zero_when_nothing_is_resegmented(setup, tmp_path):
     with torch.no_grad():
         total, lp, ld = tr.losses(b)
     assert ld.item() == 0.0 and total.item() == lp.item()
+
+
+def test_a_saved_generator_is_the_same_bytes_in_every_process(tmp_path):
+    """safetensors writes metadata in a hash map's order, which differs between processes: save_generator sorts
+    it, so a rerun of the generator stage writes the same file (else DVC sees a new output)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from vocabridge.transfer.generator import Generator, save_generator; "
+            "torch.manual_seed(0); save_generator(Generator('patt', 4, 'code'), sys.argv[1], model_sha256='ab')")
+    blobs = set()
+    for i in range(4):
+        out = tmp_path / f"g{i}.safetensors"
+        subprocess.run([sys.executable, "-c", code, str(out)], check=True, timeout=120)
+        blobs.add(out.read_bytes())
+    assert len(blobs) == 1
+    from vocabridge.transfer.generator import load_generator
+
+    assert load_generator(tmp_path / "g0.safetensors", 4, model_sha256="ab").kind == "patt"

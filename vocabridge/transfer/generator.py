@@ -63,8 +63,23 @@ def save_generator(gen: Generator, path: Path, model_sha256: str = "") -> None:
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}
     with atomic_file(path, "wb", encoding=None) as handle:
-        handle.write(save(tensors, metadata={"kind": gen.kind, "patt_scale": gen.patt_scale,
-                                             "model_sha256": model_sha256}))
+        handle.write(sorted_metadata(save(tensors, metadata={"kind": gen.kind, "patt_scale": gen.patt_scale,
+                                                             "model_sha256": model_sha256})))
+
+
+def sorted_metadata(blob: bytes) -> bytes:
+    """A safetensors file with its metadata's keys in sorted order: safetensors writes them in a hash map's
+    order, which differs from process to process, so the same generator would be other bytes on each run (and
+    DVC would see a changed output, and the rows that hash it would rerun)."""
+    import json
+
+    size = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8 : 8 + size])
+    header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(text) > size:
+        raise ValueError("safetensors header grew when its metadata was sorted")
+    return blob[:8] + text.ljust(size, b" ") + blob[8 + size :]
 
 
 def load_generator(path: Path, dim: int, model_sha256: str | None = None) -> Generator:
