@@ -24,6 +24,9 @@ ALL_CORE_GROUPS = frozenset({"pretrain", "upstream", "generator"})
 # The grid (vocabridge.grid): `row@ROW` hashes what a row's cells draw on; the cells' own stages are DVC matrix
 # items `GROUP@ROW-SEED` (Cell.name).
 ROW_GROUP = "row"
+# Stages of seconds to a minute that a row stage may wait for: a stage that writes into a folder the rows read
+# waits for the rows that need only these (`Dag.held`).
+QUICK_GROUPS = frozenset({ROW_GROUP, "cbow"})
 
 
 
@@ -103,8 +106,7 @@ class Dag:
         finished cells accumulate while a long grid runs and a run cut off loses the least. Ties keep DVC's order.
         """
         depth = self.depth()
-        ready = [n for n in self.order if n in set(pending)
-                 and all(u in done for u in self.stages[n].upstream if u in self.stages)]
+        ready = self.ready(pending, done, running)
         picked: list[str] = []
         for name in sorted(ready, key=lambda n: -depth[n]):
             if len(picked) >= slots:
@@ -112,6 +114,30 @@ class Dag:
             if not any(self.conflict(busy, name) for busy in [*running, *picked]):
                 picked.append(name)
         return picked
+
+    def ready(self, pending: Collection[str], done: Collection[str], running: Collection[str] = ()) -> list[str]:
+        """The pending stages whose upstream stages are done and that no row stage holds back (`held`)."""
+        waiting, finished = set(pending), set(done)
+        return [n for n in self.order if n in waiting and not self.held(n, waiting, finished, running)
+                and all(u in finished for u in self.stages[n].upstream if u in self.stages)]
+
+    def held(self, name: str, pending: set[str], done: set[str], running: Collection[str] = ()) -> bool:
+        """Whether `name` waits for a row stage that reads a folder it writes into without drawing on it (the
+        row's `after`), so that DVC's lock would keep the row out while it runs: a generator or an upstream
+        pretraining of an hour would hold back the rows that use neither. A row stage only hashes (seconds), so
+        the writer waits for those that can start within moments: the rows whose remaining upstream stages are
+        row stages or quick ones (`QUICK_GROUPS`) and that no running stage but those locks out; the rows' cells
+        then run beside it."""
+        for row in pending:
+            stage = self.stages[row]
+            if stage.group != ROW_GROUP or name not in stage.after:
+                continue
+            left = self.ancestors(row) - done
+            if name in left or any(self.stages[u].group not in QUICK_GROUPS for u in left if u in self.stages):
+                continue
+            if not any(self.conflict(busy, row) for busy in running if busy in self.stages and busy not in left):
+                return True
+        return False
 
     def conflict(self, a: str, b: str) -> bool:
         """Whether two stages cannot run at once: one writes a path the other reads or writes (DVC's locks)."""
@@ -149,7 +175,8 @@ class Dag:
         seen: set[str] = set()
         todo = [name]
         while todo:
-            for up in self.stages[todo.pop()].upstream:
+            stage = self.stages.get(todo.pop())
+            for up in stage.upstream if stage else ():
                 if up not in seen:
                     seen.add(up)
                     todo.append(up)
@@ -172,7 +199,7 @@ class Dag:
         the next ready stage. `elsewhere`: cores that other work on the machine keeps busy (`busy_elsewhere`); a
         stage whose threads are the flow's to choose gets no more than the cores left beside it and the running
         stages (pretraining with two threads beside a busy core ran about 5 times slower than with one)."""
-        ready = [n for n in pending if all(u in done for u in self.stages[n].upstream if u in self.stages)]
+        ready = self.ready(pending, done, running)
         shared, heavy = self.core_shares(cores, jobs, [*running, *ready])
         free, picked = cores - sum(running.values()), []
         for name in self.startable(list(pending), set(done), jobs - len(running), list(running)):

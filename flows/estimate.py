@@ -43,6 +43,7 @@ from vocabridge.evaluate import heldout_verses
 from vocabridge.families import ABNET, family
 from vocabridge.grid import Cell, cells
 from vocabridge.transfer import finetune_training, get_method, knobs_for
+from vocabridge.workspace import CORPORA
 
 DVC_OVERHEAD = 2.5  # seconds `dvc repro --single-item` adds around a stage's command (hashing, lock)
 CELL_GROUPS = ("transfer", "finetune", "evaluate")  # DVC matrix stages over rows x seeds: GROUP@ROW-SEED
@@ -160,7 +161,7 @@ def _cell_row(stage: str, item: str, params: Params) -> str:
 
 def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, root: Path, start: float) -> float:
     group, _, item = stage.partition("@")
-    corpora = root / "data" / "corpora"
+    corpora = root / CORPORA
     down_dev = count_lines(corpora / "downstream" / f"dev.{params.lang.src}", params.prepare.downstream.dev_size)
     up_dev = count_lines(corpora / "upstream" / f"dev.{params.lang.src}", params.prepare.upstream.dev_size)
     bible = params.prepare.downstream.bible
@@ -230,7 +231,7 @@ def _stage_alone(stage: str, params: Params, machine: Machine, threads: int, roo
 def _cell_stage(group: str, row: str, params: Params, machine: Machine, threads: int, root: Path, start: float,
                 down_dev: int) -> float:
     """One cell's transfer, finetune or evaluate, priced by its row's method."""
-    corpora = root / "data" / "corpora"
+    corpora = root / CORPORA
     method = get_method(row, params.rows)
     test = count_lines(corpora / "downstream" / f"test.{params.lang.src}", params.prepare.downstream.test_size)
     up_test = count_lines(corpora / "upstream" / f"test.{params.lang.src}", params.prepare.upstream.test_size)

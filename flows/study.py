@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vocabridge.grid import Cell, CellRecord, commit_cells
-from vocabridge.workspace import CELLS
+from vocabridge.workspace import CELLS, CORPORA
 
 
 def results_folder(workspace: Path, folder: str | None, profile: str) -> Path:
@@ -73,7 +73,7 @@ def pooling(workspace: Path, cells: Path, params=None) -> dict[Cell, CellRecord]
     from vocabridge.rows import gather
 
     params = params or load_params(workspace / "params.yaml")
-    test = workspace / "data" / "corpora" / "downstream" / f"test.{params.lang.tgt}"
+    test = workspace / CORPORA / "downstream" / f"test.{params.lang.tgt}"
     refs = read_text_lines(test) if test.is_file() else None
     return {r.cell: r for r in gather(params, [cells], refs).records}
 

@@ -4,7 +4,7 @@ For each (att-eg rows use att, patt-eg patt, patt-eg-kd patt-kd; none by default
 and only the generator (params.yaml `generator.variants.VARIANT`: att or patt, kd_lambda) trains on the upstream
 corpus, re-segmenting the sides its rows adapt: VARIANT for decoder rows (Liu et al.'s), VARIANT-both for rows with
 `sides: both`. The list is explicit (not read off the rows) so that editing a row never retrains a generator. Writes
-data/models/generator/NAME.safetensors, the learning curves data/plots/generator.csv and
+data/models/upstream/generators/NAME.safetensors, the learning curves data/plots/generator.csv and
 data/metrics/generator.json. Interrupted runs resume from data/checkpoints/generator/NAME.
 """
 

@@ -104,7 +104,8 @@ def stage_table(markdown: str) -> dict[str, str]:
 
 
 def task_runs(state) -> dict:
-    """The task runs of a finished flow run, by name, as the Prefect server recorded them."""
+    """The task runs of a finished flow run, by name (a stage's first run where the flow ran it again), as the
+    Prefect server recorded them."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.client.schemas.sorting import TaskRunSort
@@ -112,7 +113,10 @@ def task_runs(state) -> dict:
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[
             state.state_details.flow_run_id])), sort=TaskRunSort.EXPECTED_START_TIME_ASC, limit=200)
-    return {r.name: r for r in runs}
+    first: dict = {}
+    for r in runs:
+        first.setdefault(r.name, r)
+    return first
 
 
 def flow_artifacts(flow_run_id) -> tuple[tuple[str, str, str], ...]:

@@ -95,6 +95,7 @@ def test_adapt_bad_input_is_one_line_and_writes_nothing(user_files):
         assert not out.exists()
 
 
+@pytest.mark.slow
 def test_adapt_then_finetune_then_translate_a_users_model(user_files):
     """The practitioner's path without the pipeline: adapt, fine-tune on in-domain pairs (resumable), translate."""
     adapted, tuned = user_files / "path-adapted", user_files / "path-tuned"

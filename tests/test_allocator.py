@@ -48,6 +48,7 @@ def test_a_missing_library_is_a_one_line_error():
 @needs_tcmalloc
 @pytest.mark.parametrize("command", [["-m", "stages.row", "--help"], ["-m", "vocabridge.cli", "--help"]],
                          ids=["stage", "cli"])
+@pytest.mark.slow
 def test_stages_and_the_command_line_start_on_tcmalloc_with_their_arguments(command):
     done = run(command, "auto", LD_DEBUG="files")
     assert done.returncode == 0, done.stderr[-2000:]

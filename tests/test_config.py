@@ -144,6 +144,8 @@ def test_the_profile_command_applies_a_profile_in_the_project_folder(tmp_path):
 
 def test_upstream_models_are_checked(tmp_path):
     for entry, message in (("base: {vocab: downstream}", "upstreams.base: a name of letters"),
+                           ("generators: {}", "upstreams.generators: a name of letters, digits, '-' and '_', not "
+                                              "'base' or 'generators'"),
                            ("bpe-drop: {sampling_alpha: 1.5}", "upstreams.bpe-drop.sampling_alpha: must be in [0, 1)"),
                            ("ft-tgtv: {vocab: target}", "upstreams.ft-tgtv.vocab")):
         path = tmp_path / "params.yaml"

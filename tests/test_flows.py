@@ -109,6 +109,7 @@ def test_a_stage_started_beside_other_work_takes_only_the_free_cores(monkeypatch
     assert dict(fp.stage_threads(dag, 2, ["pretrain"], set(), {})) == {"pretrain": 4}
 
 
+@pytest.mark.slow
 def test_other_work_is_measured_and_the_flow_s_own_stages_are_not(tmp_path):
     """A busy process outside the flow's process tree counts; the same loop as the flow's own child does not."""
     import subprocess
@@ -163,8 +164,9 @@ def test_stage_graph_is_dvc_s_graph_and_follows_new_stages(tmp_path):
     project = copy_project(tmp_path / "project", profile="tiny")
     dot = run(["dvc", "dag", "--dot"], project).stdout
     edges = {tuple(part.strip().strip('";').split('" -> "')) for part in dot.splitlines() if "->" in part}
-    dag = load_dag(project)
-    assert {(up, name) for name, s in dag.stages.items() for up in s.upstream} == edges
+    dag = load_dag(project)  # DVC's edges; those to stages a row does not draw on are the flow's `after`
+    assert {(up, name) for name, s in dag.stages.items() for up in (*s.upstream, *s.after)} == edges
+    assert dag.stages["row@ft-tgtv-random"].after == ("generator",) and not dag.stages["row@patt-eg-kd"].after
     assert set(FIRST) <= set(dag.order)
     for name, stage in dag.stages.items():  # topological
         assert all(dag.order.index(up) < dag.order.index(name) for up in stage.upstream)
@@ -354,10 +356,10 @@ def test_a_row_waits_for_what_it_draws_on_not_for_every_upstream_model(tmp_path)
     model (and CBOW vectors, generator) exist, so that on a fresh machine the base model's rows need not wait for
     the FT-tgtV, MDL and backward pretrainings; `--rows` leaves out the pretrainings only other rows need."""
     dag = load_dag(copy_project(tmp_path / "project", profile="sato"))
-    assert dag.stages["row@ft-srcv"].upstream == ("cbow", "generator", "pretrain")
-    assert dag.stages["row@va-llm-bt"].upstream == ("cbow", "generator", "pretrain")
-    assert dag.stages["row@ft-tgtv"].upstream == ("cbow", "generator", "upstream@ft-tgtv")
-    assert dag.stages["row@mdl"].upstream == ("cbow", "generator", "upstream@mdl")
+    assert dag.stages["row@ft-srcv"].upstream == ("cbow", "pretrain")  # sato trains no generator
+    assert dag.stages["row@va-llm-bt"].upstream == ("cbow", "pretrain")
+    assert dag.stages["row@ft-tgtv"].upstream == ("cbow", "upstream@ft-tgtv")
+    assert dag.stages["row@mdl"].upstream == ("cbow", "upstream@mdl")
     assert "upstream@backward" in dag.stages["backtranslate"].upstream
     assert not {"upstream@ft-tgtv", "upstream@mdl", "pretrain"} & set(dag.stages["backtranslate"].upstream)
     base_rows = dag.select(rows=["ft-srcv", "va-llm"], seeds=[2])
@@ -374,11 +376,23 @@ def test_a_row_waits_for_what_it_draws_on_not_for_every_upstream_model(tmp_path)
     assert dag.startable(pending, done, 2, running=["upstream@mdl"]) == ["upstream@ft-tgtv"]
     assert set(dag.startable(pending, done | {"upstream@mdl"}, 2)) == {"row@ft-srcv", "row@va-llm"}
     # a row that ran before another upstream model was trained runs again after it (DVC sees the folder changed)
-    assert dag.stages["row@ft-srcv"].after == ("upstream@backward", "upstream@ft-tgtv", "upstream@mdl")
+    assert dag.stages["row@ft-srcv"].after == ("generator", "upstream@backward", "upstream@ft-tgtv", "upstream@mdl")
     assert dag.rerun_after("upstream@mdl", {"row@ft-srcv", "row@mdl", "cbow"}) == ["row@ft-srcv"]
     assert dag.rerun_after("upstream@mdl", {"cbow"}) == [] and dag.rerun_after("pretrain", {"row@ft-srcv"}) == []
     # two stages picked together must not conflict either
     assert dag.startable(["upstream@ft-tgtv", "row@ft-srcv"], done | {"upstream@mdl"}, 2) == ["row@ft-srcv"]
+    # a stage that writes into the folder waits for the row stages about to run (those that wait for CBOW at most:
+    # seconds), so that their cells run beside it; not for a row whose own upstream model is still to train
+    trained = dag.ancestors("cbow") | {"cbow"}
+    pending = ["generator", "upstream@mdl", "row@ft-srcv", "row@mdl"]
+    assert dag.held("generator", set(pending), trained) and dag.held("upstream@mdl", set(pending), trained)
+    assert dag.held("generator", set(pending) | {"cbow"}, trained - {"cbow"})  # CBOW is quick
+    assert dag.startable(pending, trained, 4) == ["row@ft-srcv"]
+    assert dag.ready(pending[:2] + ["row@mdl"], trained) == ["generator", "upstream@mdl"]  # row@mdl needs MDL
+    assert dag.ready(pending, trained - {"cbow"}, running=["cbow"]) == []  # the rows wait for CBOW, the rest for them
+    # a row that another pretraining locks out holds back nothing
+    ready = dag.ready(pending, trained, running=["upstream@ft-tgtv"])
+    assert set(ready) == {"generator", "upstream@mdl", "row@ft-srcv"}
 
 
 def test_a_row_with_a_wrong_config_keeps_dvc_s_edges_and_its_stage_says_why(tmp_path):
@@ -389,7 +403,7 @@ def test_a_row_with_a_wrong_config_keeps_dvc_s_edges_and_its_stage_says_why(tmp_
     dag = load_dag(project)
     assert dag.stages["row@ft-srcv"].upstream == (
         "cbow", "generator", "pretrain", "upstream@backward", "upstream@ft-tgtv", "upstream@mdl")
-    assert dag.stages["row@va-llm"].upstream == ("cbow", "generator", "pretrain")
+    assert dag.stages["row@va-llm"].upstream == ("cbow", "pretrain")
     proc = run([sys.executable, "-m", "stages.row", "ft-srcv"], project)
     assert proc.returncode != 0
     assert "rows.ft-srcv.upstream: 'nosuch' is not an upstream model" in proc.stderr
@@ -504,6 +518,8 @@ def test_flow_runs_every_stage_through_dvc_in_dependency_order(tiny_flow):
         assert "stage:" + name.split("@")[0] in tasks[name].tags
         for up in stage.upstream:
             assert tasks[up].end_time <= tasks[name].start_time, (up, name)
+    # a row that uses no generator hashed its files before the generator started (and again after it: seconds)
+    assert tasks["row@ft-tgtv-random"].end_time <= tasks["generator"].start_time
     up, down = tasks["prepare@upstream"], tasks["prepare@downstream"]
     # Independent stages are submitted together: each was queued before the other finished. (Whether their
     # DVC processes overlap as well depends on Prefect's thread start-up on a loaded machine: the tiny
@@ -810,6 +826,7 @@ def test_a_dvc_lock_emptied_by_a_killed_run_is_restored_from_the_last_readable_c
         restore_lock(tmp_path)
 
 
+@pytest.mark.slow
 def test_stages_finishing_at_once_each_keep_the_lock_without_racing(tmp_path):
     """The flow's threads call keep_lock together when two stages finish at the same moment."""
     from concurrent.futures import ThreadPoolExecutor
@@ -847,6 +864,7 @@ pathlib.Path("out.txt").write_text("done")
 """
 
 
+@pytest.mark.slow
 def test_a_finished_stage_waits_for_the_repository_lock_instead_of_running_again(tmp_path):
     from flows.dvcrun import repro_stage
 
@@ -860,6 +878,7 @@ def test_a_finished_stage_waits_for_the_repository_lock_instead_of_running_again
     assert run(["dvc", "status", "s"], tmp_path).stdout.strip() == "Data and pipelines are up to date."
 
 
+@pytest.mark.slow
 def test_an_up_to_date_stage_whose_outputs_another_stage_reads_does_not_wait_for_it(tmp_path):
     """A long stage downstream (run by another flow or `dvc repro`) holds a read lock on what it reads for hours;
     `repro` of the stage that wrote it meets that lock even when there is nothing to do, and status decides."""

@@ -1,14 +1,15 @@
 """focus-ref (the FOCUS reference implementation, deepfocus) on tiny hand-made vocabularies, and our `focus`
 configuration held against deepfocus's own code on the same auxiliary vectors.
 
-The first test runs everywhere; the others need the optional extra (`pip install -e '.[focus]'`), which CI does not
-install: fasttext 0.9.3 has no wheel and compiles from C++ source (minutes on CI's two cores, and a compiler), for
-one method that the pipeline's `focus` configuration stands in for. They skip with that reason; a session that
-changes focus-ref or `focus` installs the extra and runs them.
+The first test runs everywhere; the others need deepfocus
+(`pip install -e '.[focus]' && pip install --no-deps deepfocus==1.0.1`), which CI installs and requires
+(VOCABRIDGE_REQUIRE_FOCUS=1: a missing deepfocus fails them); elsewhere they skip with that reason.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import random
 import sys
 from types import SimpleNamespace
@@ -32,9 +33,10 @@ from vocabridge.transfer.swap import matrices, pair
 D = 16
 ARCH = SimpleNamespace(d_model=D, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32, dropout=0.0,
                        attention_dropout=0.0, max_positions=32)
-MESSAGE = "focus-ref needs the optional extra: pip install -e '.[focus]'"
-NO_EXTRA = ("deepfocus: the optional `focus` extra is not installed (CI does not: fasttext builds from C++ source); "
-            "pip install -e '.[focus]' runs this comparison with FOCUS's own code")
+MESSAGE = ("focus-ref needs deepfocus: pip install -e '.[focus]' && "
+           "pip install --no-deps deepfocus==1.0.1")
+NO_EXTRA = ("deepfocus is not installed; `pip install -e '.[focus]' && pip install --no-deps deepfocus==1.0.1` "
+            "runs this comparison with FOCUS's own code")
 
 
 def test_focus_ref_without_the_extra_is_one_clear_line(monkeypatch, tmp_path, capsys):
@@ -100,9 +102,16 @@ def project(tmp_path):
                            corpus=corpus)
 
 
+def deepfocus(module: str):
+    """deepfocus's `module`; skips without it, fails where the run requires it (CI)."""
+    if os.environ.get("VOCABRIDGE_REQUIRE_FOCUS", "0") != "0":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=NO_EXTRA)
+
+
 @pytest.fixture
 def deepfocus_embs():
-    return pytest.importorskip("deepfocus.fasttext_embs", reason=NO_EXTRA)
+    return deepfocus("deepfocus.fasttext_embs")
 
 
 @pytest.fixture
@@ -144,6 +153,7 @@ def convex_residual(x: np.ndarray, points: np.ndarray) -> float:
     return float(np.linalg.norm(points.T @ w - x))
 
 
+@pytest.mark.slow
 def test_focus_ref_copies_overlapping_tokens_and_combines_their_rows(focus_ref):
     from deepfocus.focus import is_very_rare_token
 
@@ -178,6 +188,7 @@ def test_focus_ref_copies_overlapping_tokens_and_combines_their_rows(focus_ref):
     assert focus_ref.model.config.vocab_size == len(focus_ref.src) == len(focus_ref.tgt)
 
 
+@pytest.mark.slow
 def test_our_focus_gives_focus_refs_rows_on_its_own_fasttext_vectors(focus_ref):
     """Our reading of FOCUS (anchors, select=all, weighting=sparsemax) against deepfocus.FOCUS end to end:
     given deepfocus's fastText vectors as the auxiliary vectors, every row must agree. FOCUS also takes the
@@ -203,9 +214,10 @@ def test_our_focus_gives_focus_refs_rows_on_its_own_fasttext_vectors(focus_ref):
         np.testing.assert_array_equal(ours[kept], s.rows[kept])
 
 
+@pytest.mark.slow
 def test_our_sparsemax_weighting_is_deepfocus_weighting_step():
     """The weighting step alone on random vectors with wide sparsemax supports: our rows = deepfocus's."""
-    focus = pytest.importorskip("deepfocus.focus", reason=NO_EXTRA)
+    focus = deepfocus("deepfocus.focus")
     from deepfocus.vocab_helper import NewToken, OverlappingToken, TokenClass
 
     rng = np.random.default_rng(3)

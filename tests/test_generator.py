@@ -202,6 +202,7 @@ def test_distillation_loss_is_zero_when_nothing_is_resegmented(setup, tmp_path):
     assert ld.item() == 0.0 and total.item() == lp.item()
 
 
+@pytest.mark.slow
 def test_a_saved_generator_is_the_same_bytes_in_every_process(tmp_path):
     """safetensors writes metadata in a hash map's order, which differs between processes: save_generator sorts
     it, so a rerun of the generator stage writes the same file (else DVC sees a new output)."""

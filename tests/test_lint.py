@@ -36,3 +36,83 @@ def test_the_flows_use_no_stage_module():
     (vocabridge.workspace, vocabridge.rows), never a stage's module."""
     found = imports_of("flows", ("stages",))
     assert not found, "\n".join(found)
+
+
+def project_imports() -> dict[str, set[str]]:
+    """Each module of vocabridge/, flows/ and stages/ and the project modules it imports, at any depth (inside
+    functions too, where a circle hides; not under `if TYPE_CHECKING:`). A submodule's import of its own package
+    (`vocabridge.transfer.focus_ref` -> `vocabridge.transfer`) is the package's layout, not a circle, and left out."""
+    import ast
+
+    modules = {}
+    for package in ("vocabridge", "flows", "stages"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(node.test) for sub in ast.walk(node)}
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+                full = ".".join(p for p in (base, node.module or "") if p)
+                names = [full, *(f"{full}.{a.name}" for a in node.names)]
+            else:
+                continue
+            found |= {m for n in names if (m := known(n)) and m != module and not module.startswith(m + ".")}
+        graph[module] = found
+    return graph
+
+
+def test_no_import_circle():
+    """No two modules import each other, directly or round a loop (an import inside a function counts: it only
+    hides the circle)."""
+    import networkx as nx
+
+    graph = nx.DiGraph([(a, b) for a, targets in project_imports().items() for b in targets])
+    circles = [" -> ".join([*c, c[0]]) for c in nx.simple_cycles(graph)]
+    assert not circles, "\n".join(circles)
+
+
+def test_the_training_loop_imports_no_model_family():
+    """vocabridge/training.py serves translation, masked-LM and generator training: it imports none of them."""
+    families = ("vocabridge.nmt", "vocabridge.plm", "vocabridge.transfer", "vocabridge.family_models",
+                "vocabridge.architectures")
+    found = sorted(m for m in project_imports()["vocabridge.training"] if m.startswith(families))
+    assert not found, found
+
+
+def test_every_data_path_is_spelled_in_one_module():
+    """The workspace's layout (data/...) is written in vocabridge/workspace.py only (and in dvc.yaml, which
+    tests/test_dvc_deps.py holds to it): no other module of the library, the stages or the flows spells one, as a
+    string or as a path joined from `"data"` (the package's own vocabridge/data, beside `__file__`, is not it)."""
+    import ast
+
+    found = []
+    for package in ("vocabridge", "flows", "stages"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "vocabridge" / "workspace.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                spelt = isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    node.value.startswith("data/")
+                joined = isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and \
+                    isinstance(node.right, ast.Constant) and node.right.value == "data" and \
+                    "__file__" not in ast.unparse(node.left)
+                if spelt or joined:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "\n".join(found)

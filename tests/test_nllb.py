@@ -120,7 +120,7 @@ def test_adapt_then_finetune_then_translate(pretrained):
     tok = AutoTokenizer.from_pretrained(tuned, local_files_only=True, src_lang=src_lang, tgt_lang=tgt_lang)
     model = AutoModelForSeq2SeqLM.from_pretrained(tuned, use_safetensors=True, local_files_only=True)
     from vocabridge.nmt.shared import load_vocab
-    from vocabridge.nmt.translate import fit_positions
+    from vocabridge.nmt.vocab import fit_positions
 
     vocab = load_vocab(tuned).for_lang(src_lang, tuned)
     assert [list(x) for x in vocab.encode(DE_BIBLE[:3])] == tok(DE_BIBLE[:3])["input_ids"]

@@ -412,6 +412,7 @@ print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parame
 """
 
 
+@pytest.mark.slow
 def test_the_same_training_in_two_processes_gives_identical_weights(tmp_path, vocabs, capsys, monkeypatch):
     """Same initial model, seed and threads: bit-identical weights (dropout is seeded from the config's seed), in a
     fresh process and in this one, whose generator is wherever the tests before it left it."""

@@ -230,7 +230,7 @@ def test_adapted_models_come_with_diagnostics_in_the_report(tiny_project):
     llm = json.loads(cell(tiny_project, "diagnostics", "va-llm", suffix=".json").read_text())
     assert llm["decoder"]["k"] == 10 and "ill_conditioned" in llm["decoder"]
     assert -1 <= llm["decoder"]["leave_one_out"]["mean_cosine"] <= 1 and llm["decoder"]["neighbours"]
-    trained = json.loads((tiny_project / "data/models/generator/variants.json").read_text())
+    trained = json.loads((tiny_project / "data/models/upstream/generators/variants.json").read_text())
     assert trained == {"trained": ["patt-kd", "patt-kd-both"]}  # one for the decoder rows, one for the both rows
     kd = json.loads(cell(tiny_project, "diagnostics", "patt-eg-kd", suffix=".json").read_text())
     assert kd["sides"] == ["decoder"] and not kd["encoder"]["adapted"] and kd["decoder"]["generator"] == "patt"

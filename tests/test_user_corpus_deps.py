@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import yaml
 
 from tests.conftest import copy_project, run
@@ -41,6 +42,7 @@ def project_with_files(tmp_path):
     return project
 
 
+@pytest.mark.slow
 def test_appending_to_a_user_file_reruns_prepare(tmp_path):
     project = project_with_files(tmp_path)
     proc = run(["dvc", "repro", "prepare@downstream"], project)

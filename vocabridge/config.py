@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from vocabridge.errors import ConfigError
+from vocabridge.workspace import DOWNLOADS, RESERVED_UPSTREAMS
 
 LANGS = ("de", "en")
 
@@ -111,7 +112,7 @@ class Sources:
 
 @dataclass
 class Prepare:
-    download_dir: str = "data/downloads"
+    download_dir: str = DOWNLOADS.as_posix()
     sources: Sources = field(default_factory=Sources)
     cleaning: Cleaning = field(default_factory=Cleaning)
     upstream: Upstream = field(default_factory=Upstream)
@@ -618,10 +619,11 @@ def validate(params: Params) -> Params:
     if {params.lang.src, params.lang.tgt} != set(LANGS):
         raise ConfigError(f"params.yaml: lang.src/lang.tgt must be 'de' and 'en' in some order, got "
                           f"{params.lang.src!r}->{params.lang.tgt!r}")
+    reserved = " or ".join(f"'{n}'" for n in RESERVED_UPSTREAMS)
     for name, model in params.upstreams.items():
-        if name == "base" or not name.replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(f"params.yaml: upstreams.{name}: a name of letters, digits, '-' and '_', not 'base' "
-                              f"(the pretrain stage's model)")
+        if name in RESERVED_UPSTREAMS or not name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"params.yaml: upstreams.{name}: a name of letters, digits, '-' and '_', not {reserved} "
+                              f"(the pretrain and generator stages' folders)")
         if not 0 <= model.sampling_alpha < 1:
             raise ConfigError(f"params.yaml: upstreams.{name}.sampling_alpha: must be in [0, 1), got "
                               f"{model.sampling_alpha}")
@@ -633,8 +635,9 @@ def validate(params: Params) -> Params:
             raise ConfigError(f"params.yaml: plms.{code}: not a language of this pipeline ({params.lang.src}, "
                               f"{params.lang.tgt})")
     for name, spec in params.abnets.items():
-        if name == "base" or name in params.upstreams or not name.replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(f"params.yaml: abnets.{name}: a name of letters, digits, '-' and '_', neither 'base' "
+        if name in RESERVED_UPSTREAMS or name in params.upstreams or \
+                not name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"params.yaml: abnets.{name}: a name of letters, digits, '-' and '_', neither {reserved} "
                               f"nor an entry of upstreams (they share data/models/upstream)")
         missing = [code for code in (params.lang.src, params.lang.tgt) if code not in params.plms]
         if missing:

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vocabridge.nmt.translate import fit_positions
-from vocabridge.nmt.vocab import Vocab
+from vocabridge.nmt.vocab import Vocab, fit_positions
 
 if TYPE_CHECKING:
     from transformers import M2M100ForConditionalGeneration, MarianMTModel

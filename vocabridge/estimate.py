@@ -31,6 +31,7 @@ from vocabridge.config import AbnetModel, Arch, Params, Training
 from vocabridge.nmt.model import use_fast_attention
 from vocabridge.nmt.precision import cached, cpu_elsewhere, describe_cpu
 from vocabridge.nmt.train import threads_of
+from vocabridge.workspace import CORPORA
 
 # Mean pieces per training segment (source, target) when the corpora are not prepared yet: the default corpora
 # with their 8k SentencePiece vocabularies (IT strings are short, verses long).
@@ -100,7 +101,7 @@ def typical_pieces(params: Params, domain: str, root: Path = Path(".")) -> tuple
     PIECES_PER_WORD, lines sampled over the whole file), else the default corpora's."""
     pieces = []
     for lang in (params.lang.src, params.lang.tgt):
-        path = root / "data" / "corpora" / domain / f"train.{lang}"
+        path = root / CORPORA / domain / f"train.{lang}"
         if not path.is_file():
             return TYPICAL_PIECES[domain]
         with path.open(encoding="utf-8") as handle:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from vocabridge.grid import Cell
 
+DOWNLOADS = Path("data/downloads")  # the prepare stage's default cache of downloads (params' download_dir)
 CORPORA = Path("data/corpora")
 BACKTRANSLATED = CORPORA / "backtranslated"  # pseudo-parallel downstream pairs (back-translation)
 SPM = Path("data/spm")
@@ -20,7 +21,7 @@ UPSTREAMS = Path("data/models/upstream")  # the upstream models: `base` (pretrai
 PRETRAINED = UPSTREAMS / "base"
 CBOW = Path("data/cbow")
 PLMS = Path("data/models/plm")  # one pretrained language model (BERT) per language
-GENERATORS = Path("data/models/generator")  # one trained embedding generator per variant
+GENERATORS = UPSTREAMS / "generators"  # one embedding generator per variant, trained on the frozen base model
 CHECKPOINTS = Path("data/checkpoints")
 PLOTS = Path("data/plots")
 METRICS = Path("data/metrics")
@@ -30,6 +31,10 @@ RESULTS_REPORT = REPORTS / "results"  # the study's report, tables and plots
 RUN_RECORD = REPORTS / "flow_run.json"  # the flow's record of a run: every stage's real and estimated seconds
 ROWS = Path("data/rows")  # one file per row: its knobs and the hashes of what it draws on
 CELLS = Path("data/cells")  # one folder per finished cell: its record
+
+
+# Folders of UPSTREAMS that no `upstreams` or `abnets` entry may take as its name
+RESERVED_UPSTREAMS = (PRETRAINED.name, GENERATORS.name)
 
 
 def upstream(name: str) -> Path:

@@ -11,17 +11,11 @@ import torch
 
 from vocabridge.nmt.model import load_model, load_vocabs
 from vocabridge.nmt.precision import Precision, resolve_bf16
-from vocabridge.nmt.vocab import Vocab
+from vocabridge.nmt.vocab import Vocab, fit_positions
 from vocabridge.progress import progress as progress_bar
 
 if TYPE_CHECKING:
     from transformers.models.marian.modeling_marian import MarianMTModel
-
-
-def fit_positions(ids: np.ndarray, limit: int) -> np.ndarray:
-    """`ids` cut to the model's `limit` positions, keeping the family's own last token (Marian's and NLLB's
-    `</s>` have different ids), so that an over-long input still ends as the model was trained to see it."""
-    return ids if len(ids) <= limit else np.append(ids[: limit - 1], ids[-1])
 
 
 @torch.inference_mode()

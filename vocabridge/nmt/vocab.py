@@ -112,3 +112,9 @@ def pair_vocabs(src_spm: bytes | Path, tgt_spm: bytes | Path, tgt_extra: tuple[s
     src, tgt = Vocab.from_spm(src_spm), Vocab.from_spm(tgt_spm, extra=tgt_extra)
     size = max(len(src), len(tgt))
     return Vocab.from_spm(src.spm_bytes, size), Vocab.from_spm(tgt.spm_bytes, size, tgt_extra)
+
+
+def fit_positions(ids: np.ndarray, limit: int) -> np.ndarray:
+    """`ids` cut to the model's `limit` positions, keeping the family's own last token (Marian's and NLLB's
+    `</s>` have different ids), so that an over-long input still ends as the model was trained to see it."""
+    return ids if len(ids) <= limit else np.append(ids[: limit - 1], ids[-1])

@@ -24,7 +24,8 @@ specials included, and fastText's end-of-line token `</s>` matches Marian's `</s
 
 The language of a side is the name of its new SentencePiece model (`spm/downstream/de.model` -> de), its text
 `train.de` and `mono.de` (if present) in `Resources.corpus`. deepfocus is imported only here, when the method
-runs: the extra is optional (`pip install -e '.[focus]'`).
+runs: it is optional (`pip install -e '.[focus]' && pip install --no-deps deepfocus==1.0.1`; pyproject.toml says why
+in two steps).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from vocabridge.transfer.plan import SPECIALS, Plan, PlanBuilder, Side, is_fille
 if TYPE_CHECKING:
     from vocabridge.transfer import Built, Resources
 
-MISSING = "focus-ref needs the optional extra: pip install -e '.[focus]'"
+MISSING = "focus-ref needs deepfocus: pip install -e '.[focus]' && pip install --no-deps deepfocus==1.0.1"
 ROLES = {"encoder": "src", "decoder": "tgt"}
 FASTTEXT = {"epochs": 3, "dim": 100, "min_count": 10}  # deepfocus.FOCUS's defaults
 
