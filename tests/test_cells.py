@@ -56,7 +56,8 @@ def write_cell(folder: Path, row: str, seed: int, machine: dict, upstream: str, 
               "knobs_digest": knobs_digest_ or knobs_digest(KNOBS[row]),
               "upstream": {"name": "base", "sha256": upstream},
               "test": {"sentences": len(REFS), "digest": test_digest or text_digest(REFS)}, "upstream_test": None,
-              "metrics": {"bleu": round(bleu, 2), "chrf": 50.0, "ter": 60.0, "upstream": {"bleu": 20.0 + seed}},
+              "metrics": {"bleu": round(bleu, 2), "chrf": 50.0, "ter": 60.0, "upstream": {"bleu": 20.0 + seed},
+                          "decoder": "ctranslate2", "beam": 5},
               "finetune": {"updates": 300 if seed % 2 else 280, "best_update": 300 if seed % 2 else 250, "seed": seed,
                            "train_seconds": 600.0 + 60 * seed, "threads": 1},
               "transfer": {"dev_bleu": 1.0, "dev_perplexity": 900.0}, "diagnostics": {},
@@ -151,7 +152,7 @@ def test_two_sets_of_cells_make_one_report(two_sessions, tmp_path):
     assert sato.loc["ft-srcv > in-domain", "verdict (dev books)"] == "not run"
     assert sato.loc["va-llm > ft-srcv", "condition"] == (
         "pretrain.init random; shared reproject vs copy; sides both; budget max 300 updates, patience 6; "
-        "seeds 1-5; machines AVX2/AVX512")
+        "seeds 1-5; machines AVX2/AVX512; decoding ctranslate2, beam 5")
     assert "| vs_ft-srcv | vs_ft-srcv (dev books) |" in text and "| verdict (dev books) | condition |" in text
     assert ("The test set is the 36 test verses of 6 books (book 43, book 44, book 45, book 46, book 47 and book "
             "48); the second test set, `(dev books)`, is the 24 dev verses of 2 books (Acts and Romans), books that "

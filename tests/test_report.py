@@ -221,7 +221,7 @@ def test_a_second_test_set_and_the_condition_sit_beside_each_ordering():
                           sentence_variance=0.01, form="paired")
 
     random = RowCondition(("random",), ("copy",), ("decoder",), ("max 2000 updates, patience 6",), ("AVX512",),
-                          (1, 2, 3, 4, 5))
+                          (1, 2, 3, 4, 5), ("ctranslate2, beam 5",))
     conditions = {"ft-tgtv-random-dec": random, "ft-srcv": dataclasses.replace(random, sides=("both",)),
                   "avg-eg": dataclasses.replace(random, pretrain_init=("cbow",), seeds=(1, 2, 3)),
                   "in-domain": RowCondition()}  # an older record: nothing known, nothing to differ
@@ -235,7 +235,7 @@ def test_a_second_test_set_and_the_condition_sit_beside_each_ordering():
     assert first["p_holm"] == 0.02 and first["p_holm (dev books)"] == 0.001  # two tested a family; one on dev
     assert first["delta (dev books)"] == -1.0 and first["ci_high (dev books)"] == -0.5
     assert first["condition"] == ("pretrain.init random; shared copy; sides decoder vs both; budget max 2000 "
-                                  "updates, patience 6; seeds 1-5; machines AVX512")
+                                  "updates, patience 6; seeds 1-5; machines AVX512; decoding ctranslate2, beam 5")
     crossed = verdicts.loc["avg-eg > ft-tgtv-random-dec"]
     assert crossed["verdict"] == DIFFER and pd.isna(crossed["p_holm"])
     assert crossed["verdict (dev books)"] == "not measured"  # no dev figure: nothing to mark
@@ -243,7 +243,8 @@ def test_a_second_test_set_and_the_condition_sit_beside_each_ordering():
     assert verdicts.loc["in-domain > ft-srcv", "verdict (dev books)"] == "not measured"
     assert verdicts.loc["in-domain > ft-srcv", "condition"].startswith("pretrain.init ? vs random; shared ? vs copy")
     assert verdicts.loc["patt-eg > att-eg", "verdict (dev books)"] == "not run"
-    assert condition_text(RowCondition()) == "pretrain.init ?; shared ?; sides ?; budget ?; seeds ?; machines ?"
+    assert condition_text(RowCondition()) == ("pretrain.init ?; shared ?; sides ?; budget ?; seeds ?; machines ?; "
+                                              "decoding ?")
     assert verdict_text(comparison(1.0), None, "ft-srcv", "ft-srcv") == f"+1.00 [0.50, 1.50]: {DIFFER}"
 
 
@@ -342,6 +343,14 @@ def test_a_table_that_varies_the_pretrained_models_gives_verdicts_across_them():
     assert guo.loc["abnet > mask-predict", "verdict"] == "holds"  # the BERTs are what the table varies
     assert guo.loc["abnet > in-domain", "p_holm"] == 0.005  # every ordering is in the family: 5 x 0.001
     assert "(what the table varies)" in table_condition(["abnet", "mask-predict"], conditions, GUO_TABLE_1.varies)
+    # rows that decode differently: each verdict's condition and the table's heading say how each row decoded
+    decoded = {"abnet": dataclasses.replace(plms, decoding=("mask-predict, beam 5",)),
+               "in-domain": dataclasses.replace(plms, pretrain_init=("random",), decoding=("ctranslate2, beam 5",))}
+    mixed = ordering_verdicts(GUO_TABLE_1, lambda a, b: comparison(2.0), None, decoded).set_index("ordering")
+    assert mixed.loc["abnet > in-domain", "condition"].endswith(
+        "; decoding mask-predict, beam 5 vs ctranslate2, beam 5")
+    assert table_condition(["abnet", "in-domain"], decoded, True).endswith(
+        "decoding mask-predict, beam 5 (abnet); ctranslate2, beam 5 (in-domain)")
     assert DUAN_TABLE_4.varies
     unvaried = dataclasses.replace(GUO_TABLE_1, varies=False)
     crossed = ordering_verdicts(unvaried, lambda a, b: comparison(2.0), None, conditions).set_index("ordering")

@@ -33,7 +33,9 @@ class HeldOut:
 class RowCondition:
     """What a row's cells ran under, each field the sorted values over its cells (empty: not recorded): how its
     upstream model's embeddings started before pretraining (`pretrain_init`), the shared-token policy, the sides,
-    the fine-tune's budget, the machines' capabilities and the seeds."""
+    the fine-tune's budget, the machines' capabilities, the seeds, and how its test set was decoded (the NMT rows
+    with CTranslate2, the AB-Net family and the PLM-sponsored model with their own search: an ordering of rows
+    that decode differently says so)."""
 
     pretrain_init: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
@@ -41,6 +43,7 @@ class RowCondition:
     budget: tuple[str, ...] = ()
     machines: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
+    decoding: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, members: Sequence[CellRecord]) -> RowCondition:
@@ -54,7 +57,8 @@ class RowCondition:
 
         return cls(values(lambda r: (r.data.get("condition") or {}).get("pretrain_init")),
                    values(lambda r: given(r, "shared")), values(lambda r: given(r, "sides")),
-                   values(_budget), values(_capability), tuple(sorted({r.seed for r in members})))
+                   values(_budget), values(_capability), tuple(sorted({r.seed for r in members})),
+                   values(_decoding))
 
 
 
@@ -71,6 +75,16 @@ def _budget(record: CellRecord) -> str | None:
         else ""
     return f"max {training['max_updates']} updates, " + (f"patience {patience}{on}" if patience else
                                                           "no early stopping")
+
+
+
+def _decoding(record: CellRecord) -> str | None:
+    """How a cell's test set was decoded, as its record says: the decoder and its beam (Mask-Predict's: the
+    length candidates)."""
+    metrics = record.data.get("metrics") or {}
+    if not metrics.get("decoder"):
+        return None
+    return metrics["decoder"] + (f", beam {metrics['beam']}" if metrics.get("beam") else "")
 
 
 
@@ -101,7 +115,7 @@ def condition_text(a: RowCondition, b: RowCondition | None = None) -> str:
     return "; ".join([both("pretrain.init", a.pretrain_init, b.pretrain_init), both("shared", a.shared, b.shared),
                       both("sides", a.sides, b.sides), both("budget", a.budget, b.budget),
                       both("seeds", [seed_list(a.seeds)], [seed_list(b.seeds)]),
-                      both("machines", a.machines, b.machines)])
+                      both("machines", a.machines, b.machines), both("decoding", a.decoding, b.decoding)])
 
 
 
@@ -126,7 +140,7 @@ def table_condition(rows: Sequence[str], conditions: dict[str, RowCondition], va
             + (" (what the table varies)" if varies and len(inits) > 1 else
                " (orderings across them: not verdicts)" if len(inits) > 1 else "")
             + f", budget {over('budget')}, seeds {over('seeds', lambda v: seed_list(v) or '?')}, "
-              f"machines {over('machines')}")
+              f"machines {over('machines')}, decoding {over('decoding')}")
 
 
 def seed_list(seeds: Sequence[int]) -> str:

@@ -64,7 +64,9 @@ def study_markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_t
               f"interval that excludes 0; p_holm is Holm's correction over one family. `{DEV}`: the same "
               f"comparison on the second test set (its books drawn as clusters; its own family). A comparison of "
               f"rows whose upstream models started from different embeddings (pretrain.init) is shown but is no "
-              f"verdict (`{DIFFER}`) and in no family.")
+              f"verdict (`{DIFFER}`) and in no family. Each ordering's condition names both rows' settings, "
+              f"how each decoded its test set among them (the NMT rows with CTranslate2, the AB-Net family and "
+              f"the PLM-sponsored model with their own search), `A vs B` where they differ.")
     parts = [lead]
     if papers:
         parts.append(
