@@ -31,7 +31,10 @@ def folder(root: Path, name: str, pairs: int, lines: list[tuple], dev_books: boo
     for row in {line[0] for line in lines}:
         cell = out / "cells" / row / "s1"
         cell.mkdir(parents=True)
-        (cell / "record.json").write_text(json.dumps({"finetune": {"train_pairs": pairs - 3}}))
+        machine = {"cpu": "AMD EPYC", "capability": "AVX512", "bf16_native": True, "threads": 1}
+        (cell / "record.json").write_text(json.dumps({
+            "finetune": {"train_pairs": pairs - 3, "updates": pairs // 4, "train_seconds": pairs * 0.3},
+            "metrics": {"seconds": 50.0}, "machine": machine}))
     return out
 
 
@@ -61,6 +64,9 @@ def test_the_sizes_line_up_and_a_reference_turned_round_counts(folders):
 
 
 def test_the_command_writes_the_table_and_both_figures(folders, tmp_path):
+    stages = {"finetune@fwet-1": {"expected_seconds": 4938.0}, "finetune@fwet-2": {"expected_seconds": 4940.0},
+              "transfer@fwet-1": {"expected_seconds": 20.0}}
+    (folders[0] / "flow_run.json").write_text(json.dumps({"stages": stages}))
     out = tmp_path / "sizes"
     proc = cli("sizes", *map(str, folders), "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -69,6 +75,14 @@ def test_the_command_writes_the_table_and_both_figures(folders, tmp_path):
     assert "| fwet - ft-tgtv-random, test | +0.40 [-0.10, 0.90] not decisive (5 seeds) |" in text
     assert "| in-domain - ft-srcv, dev books |  | -0.60 [-1.10, -0.10] not decisive (5 seeds) |" in text
     assert (out / "gains.png").stat().st_size > 5000
+    # the cost of a cell at each size, against the flow's estimate where the folder keeps the run's record
+    cost = pd.read_csv(out / "costs.csv").set_index(["size", "row"])
+    assert cost.loc[(7997, "fwet"), "finetune_min"] == 40.0 and cost.loc[(1997, "fwet"), "updates"] == 500
+    assert cost.loc[(7997, "fwet"), "expected_finetune_min"] == 82.3  # the mean of its two fine-tunes' estimates
+    assert pd.isna(cost.loc[(1997, "fwet"), "expected_finetune_min"])  # that folder keeps no flow record
+    assert cost.loc[(7997, "fwet"), "machine"] == "AMD EPYC AVX512, bf16 yes, 1 thread"
+    assert "## Cost per cell" in text and "| 7997 | fwet | 1 | 2000 | 40 | 40.0-40.0 | 82.3 |" in \
+        (out / "sizes.md").read_text()
 
 
 def test_bad_folders_are_one_line_and_write_nothing(folders, tmp_path):

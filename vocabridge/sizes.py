@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import pandas as pd
 
@@ -24,6 +25,8 @@ SCRATCH = "in-domain"  # Single-Run: the same model trained on the in-domain pai
 TEST_SETS = ("test", "dev books")
 COLUMNS = ["size", "folder", "row", "against", "test_set", "seeds", "reference_seeds", "delta", "ci_low", "ci_high",
            "p_holm", "verdict"]
+COST_COLUMNS = ["size", "row", "cells", "updates", "finetune_min", "finetune_min_range", "expected_finetune_min",
+                "distill_min", "decode_s", "machine"]
 
 
 @dataclass
@@ -67,6 +70,58 @@ def gather(folders: list[Path]) -> Sizes:
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     table = table.reindex(columns=COLUMNS).sort_values(["size", "against", "row", "test_set"], kind="stable")
     return Sizes(table.reset_index(drop=True), sizes)
+
+
+def _machine(record: dict) -> str:
+    m = record.get("machine") or {}
+    threads = m.get("threads", "?")
+    return (f"{m.get('cpu', '?')} {m.get('capability', '?')}, bf16 {'yes' if m.get('bf16_native') else 'no'}, "
+            f"{threads} thread{'s' * (threads != 1)}" + (f", {m['gpu']}" if m.get("gpu") else ""))
+
+
+def _expected(folder: Path) -> dict[str, list[float]]:
+    """Each row's fine-tunes' expected seconds, from the flow's record of its run kept in the folder
+    (flow_run.json: every stage's estimate, `vocabridge estimate`'s model), by row; empty without one."""
+    path = folder / "flow_run.json"
+    if not path.is_file():
+        return {}
+    stages = json.loads(path.read_text(encoding="utf-8")).get("stages") or {}
+    out: dict[str, list[float]] = {}
+    for name, stage in stages.items():
+        group, _, item = name.partition("@")
+        if group == "finetune" and stage.get("expected_seconds") is not None:
+            out.setdefault(item.rpartition("-")[0], []).append(float(stage["expected_seconds"]))
+    return out
+
+
+def costs(sizes: Sizes) -> pd.DataFrame:
+    """What a cell cost at each size, from the committed records: its fine-tune's updates and wall minutes (the
+    median over seeds, which a cell paused or run beside other work moves least, and the range), the token
+    distillation's minutes where the row has one, the test set's decoding, and the machine that ran it; against
+    the flow's estimate of the same fine-tune where the folder keeps the run's record (flow_run.json)."""
+    lines = []
+    for folder, size in sorted(sizes.sizes.items(), key=lambda kv: kv[1]):
+        expected = _expected(Path(folder))
+        by_row: dict[str, list[dict]] = {}
+        for path in sorted(Path(folder, "cells").glob("*/s*/record.json")):
+            by_row.setdefault(path.parent.parent.name, []).append(json.loads(path.read_text(encoding="utf-8")))
+        for row, records in sorted(by_row.items()):
+            tuned = [r["finetune"] for r in records if (r.get("finetune") or {}).get("train_seconds") is not None]
+            minutes = [t["train_seconds"] / 60 for t in tuned]
+            distill = [d["seconds"] / 60 for r in records
+                       if (d := ((r.get("diagnostics") or {}).get("distill") or {})).get("seconds") is not None]
+            decode = [r["metrics"]["seconds"] for r in records if (r.get("metrics") or {}).get("seconds") is not None]
+            lines.append({
+                "size": size, "row": row, "cells": len(records),
+                "updates": round(median([t["updates"] for t in tuned])) if tuned else None,
+                "finetune_min": round(median(minutes), 1) if minutes else None,
+                "finetune_min_range": f"{min(minutes):.1f}-{max(minutes):.1f}" if minutes else None,
+                "expected_finetune_min": round(sum(expected[row]) / len(expected[row]) / 60, 1)
+                if expected.get(row) else None,
+                "distill_min": round(median(distill), 1) if distill else None,
+                "decode_s": round(median(decode), 1) if decode else None,
+                "machine": "; ".join(sorted({_machine(r) for r in records}))})
+    return pd.DataFrame(lines, columns=COST_COLUMNS)
 
 
 def differences(sizes: Sizes, row: str, against: str) -> pd.DataFrame:
@@ -157,10 +212,15 @@ def markdown(sizes: Sizes, methods: list[str]) -> str:
 
 
 def write(sizes: Sizes, methods: list[str], out: Path) -> list[str]:
-    """sizes.csv, sizes.md and the two figures into `out` (use inside fileio.atomic_dir); returns the files."""
+    """sizes.csv, costs.csv, sizes.md and the two figures into `out` (use inside fileio.atomic_dir); returns the
+    files."""
+    from vocabridge.report import to_markdown
+
     out.mkdir(parents=True, exist_ok=True)
     sizes.table.to_csv(out / "sizes.csv", index=False)
-    written = ["sizes.csv", "sizes.md"]
+    cost = costs(sizes)
+    cost.to_csv(out / "costs.csv", index=False)
+    written = ["sizes.csv", "costs.csv", "sizes.md"]
     if plot(sizes, [(m, REFERENCE) for m in methods], out / "gains.png", f"Each method's gain over {REFERENCE}"):
         written.append("gains.png")
     if plot(sizes, [(SCRATCH, BASE), (REFERENCE, BASE)], out / "regimes.png",
@@ -170,6 +230,10 @@ def write(sizes: Sizes, methods: list[str], out: Path) -> list[str]:
     folders = ", ".join(f"`{f}` ({size:,} pairs)" for f, size in sorted(sizes.sizes.items(), key=lambda kv: kv[1]))
     (out / "sizes.md").write_text(
         f"# Across in-domain sizes\n\nFrom {folders}: each folder's verdicts (5 seeds a side, paired where cells pair, "
-        f"Holm within its size and reference), side by side.\n\n{markdown(sizes, methods)}{figures}\n",
+        f"Holm within its size and reference), side by side.\n\n{markdown(sizes, methods)}{figures}\n\n"
+        f"## Cost per cell\n\nFrom the cells' records: the fine-tune's updates and wall minutes (median over seeds; "
+        f"the range: a cell that ran beside other work or was paused reads longer), the token distillation's "
+        f"minutes, the test set's decoding, the machine; expected: the flow's estimate of the same fine-tune, where "
+        f"the folder keeps the run's record (flow_run.json).\n\n{to_markdown(cost)}\n",
         encoding="utf-8")
     return written
