@@ -356,3 +356,26 @@ def test_a_table_that_varies_the_pretrained_models_gives_verdicts_across_them():
     crossed = ordering_verdicts(unvaried, lambda a, b: comparison(2.0), None, conditions).set_index("ordering")
     assert crossed.loc["abnet > mask-predict", "verdict"] == DIFFER
     assert crossed.loc["abnet > abnet-enc", "verdict"] == "holds"  # same condition: a verdict either way
+
+
+def test_duan_table_3_is_one_holm_family_of_every_claim_it_makes():
+    """Each ablation of Duan & Zhao's Table 3 against the full model is one of the table's orderings, so every claim
+    the table makes is corrected in one family (the report's orderings file), none in the seed comparisons'."""
+    from vocabridge.papers import DUAN_TABLE_3
+    from vocabridge.report import ordering_verdicts
+    from vocabridge.significance import Comparison
+
+    full = DUAN_TABLE_3.rows[0][1]
+    assert {(full, ours) for _, ours, _ in DUAN_TABLE_3.rows[1:]} <= set(map(tuple, DUAN_TABLE_3.orderings))
+    p = {ours: 0.001 * (k + 1) for k, (_, ours, _) in enumerate(DUAN_TABLE_3.rows)}
+
+    def compare(better, worse):
+        return Comparison(delta=1.0, ci_low=0.5, ci_high=1.5, p_value=p[worse], seeds=5, reference_seeds=5,
+                          std_error=0.3, seed_std=0.5, reference_seed_std=0.5, sentence_variance=0.01, form="paired")
+
+    verdicts = ordering_verdicts(DUAN_TABLE_3, compare).set_index("ordering")
+    family = len(DUAN_TABLE_3.orderings)
+    assert family == 8 and verdicts["p_holm"].notna().sum() == family
+    # Holm over the eight: sorted .002 .002 .003 .004 .005 .006 .006 .007, step-down maximum 0.02 from the fourth on
+    assert verdicts.loc[f"{full} > plm-nmt-nmt-only", "p_holm"] == 0.02
+    assert verdicts.loc[f"{full} > plm-nmt-no-mlm", "p_holm"] == 0.016
