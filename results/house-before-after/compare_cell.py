@@ -1,26 +1,12 @@
 """Compare one cell of two workspaces: its hypotheses, curve, initial and fine-tuned weights byte for byte, its
 record without the fields that time or place a run."""
-import hashlib
 import json
 import sys
 from pathlib import Path
 
+from compare_tiny import clean, sha  # the tiny DAG's comparison rules
+
 a, b, row, seed = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
-TIMING = ("second", "per_s", "tok_s", "latency", "machine", "commit", "finished", "sentences_per_second")
-
-
-def clean(x):
-    if isinstance(x, dict):
-        return {k: clean(v) for k, v in x.items() if not any(t in k for t in TIMING)}
-    if isinstance(x, list):
-        return [clean(v) for v in x]
-    return x
-
-
-def sha(p):
-    return hashlib.sha256(p.read_bytes()).hexdigest()
-
-
 def diff(x, y, path=""):
     if isinstance(x, dict) and isinstance(y, dict):
         for k in sorted(set(x) | set(y)):
