@@ -424,3 +424,4 @@ def test_an_ab_net_row_s_condition_names_the_berts_its_model_starts_from():
     assert label("abnet-enc") == "abnet: pretrained source BERT, no upstream training"
     assert label("plm-nmt-no-plm-dec") == "abnet: pretrained source BERT, random target, no upstream training"
     assert label("mask-predict") == label("plm-nmt-no-plm") == "abnet: random, no upstream training"
+    assert label("mask-predict-upstream") == "abnet: random"  # Guo et al.'s baseline, trained upstream here

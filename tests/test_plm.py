@@ -486,3 +486,22 @@ def test_the_plm_trainers_compute_in_the_precision_bf16_resolves_to(tokenizer, t
     _, summary = fit_abnet(model, tokenizer, tokenizer, corpus, lang, train, tmp_path / "abnet", {"run": 1}, "a",
                            MaskPredict(2, 2))
     assert expected in seen and summary["precision"] == ("bf16" if expected == torch.bfloat16 else "fp32")
+
+
+def test_a_model_without_bert_reads_only_the_berts_vocabulary_and_sizes(tokenizer, tmp_path):
+    """`plms: false` (Mask-Predict without BERT): the same model from an untrained BERT directory as from a trained
+    one, so its rows run without the plm stage's pretraining (the BERTs' tokenizers suffice)."""
+    from vocabridge.plm.abnet import new_abnet
+
+    size = AbnetAdapters(encoder_inner=16, decoder_ffn=32, dropout=0.0, max_target_len=36)
+    untrained, trained = build_bert(TINY, tokenizer, seed=1), build_bert(TINY, tokenizer, seed=1)
+    for p in trained.parameters():
+        torch.nn.init.normal_(p)
+    for name, bert in (("untrained", untrained), ("trained", trained)):
+        save_bert(bert, tokenizer, tmp_path / name)
+    models = {name: new_abnet(tmp_path / name, tmp_path / name, size, False, seed=3)[0].state_dict()
+              for name in ("untrained", "trained")}
+    assert models["untrained"].keys() == models["trained"].keys()
+    assert all(torch.equal(value, models["trained"][key]) for key, value in models["untrained"].items())
+    with_berts = new_abnet(tmp_path / "trained", tmp_path / "trained", size, True, seed=3)[0].state_dict()
+    assert not all(torch.equal(value, with_berts[key]) for key, value in models["trained"].items() if key in with_berts)

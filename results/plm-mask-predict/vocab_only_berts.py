@@ -1,0 +1,29 @@
+"""The plm stage's BERT directories with untrained weights: its tokenizer (made from the text and the size alone,
+the same on every run) and its configuration, which is all a `plms: false` model reads from them
+(tests/test_plm.py::test_a_model_without_bert_reads_only_the_berts_vocabulary_and_sizes). Lets the Mask-Predict
+rows run without the BERTs' pretraining. In a plm workspace:
+    python results/plm-mask-predict/vocab_only_berts.py de en
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path.cwd()))
+
+from stages.plm import vocabulary  # noqa: E402
+from vocabridge import workspace as paths  # noqa: E402
+from vocabridge.cbow import domain_text  # noqa: E402
+from vocabridge.config import load_params  # noqa: E402
+from vocabridge.fileio import sha256_file  # noqa: E402
+from vocabridge.nmt.train import fingerprint_of  # noqa: E402
+from vocabridge.plm.bert import build_bert, save_bert  # noqa: E402
+
+params = load_params("params.yaml")
+for code in sys.argv[1:]:
+    spec, cfg = params.plms[code], params.plm
+    text = [line for domain in ("upstream", "downstream") for line in domain_text(paths.CORPORA / domain, code)]
+    sources = [sha256_file(paths.CORPORA / d / "stats.json") for d in ("upstream", "downstream")]
+    tokenizer = vocabulary(text, spec.vocab_size, paths.CHECKPOINTS / "plm" / code / "tokenizer",
+                           fingerprint_of(code, spec.vocab_size, *sources))
+    save_bert(build_bert(cfg.arch, tokenizer, cfg.train.seed), tokenizer, paths.PLMS / code)
+    print(f"{paths.PLMS / code}: vocabulary of {len(tokenizer)} pieces, untrained weights")
