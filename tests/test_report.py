@@ -381,3 +381,34 @@ def test_duan_table_3_is_one_holm_family_of_every_claim_it_makes():
     # Holm over the eight: sorted .002 .002 .003 .004 .005 .006 .006 .007, step-down maximum 0.02 from the fourth on
     assert verdicts.loc[f"{full} > plm-nmt-nmt-only", "p_holm"] == 0.02
     assert verdicts.loc[f"{full} > plm-nmt-no-mlm", "p_holm"] == 0.016
+
+
+def test_guo_et_al_s_speed_claim_gets_a_verdict_per_machine():
+    """A row faster than the Transformer in Guo et al.'s Table 1 is tested against it on each machine's cells:
+    reversed where ours decodes slower, holds where faster, no finding below 5 cells a side, nothing where the
+    machine has no Transformer cell."""
+    import pandas as pd
+
+    from vocabridge.papers import GUO_LATENCY_AGAINST, GUO_LATENCY_MS
+    from vocabridge.report.verdicts import latency_verdicts
+
+    cpu, gpu = "AMD EPYC (AVX512, bf16 yes)", "Xeon (GPU NVIDIA H200)"
+    spread = [0.9, 0.95, 1.0, 1.05, 1.1]
+    cells = pd.DataFrame(
+        [{"row": "in-domain", "machine": cpu, "decoder": "ctranslate2", "latency_ms": 34 * s} for s in spread]
+        + [{"row": "abnet", "machine": cpu, "decoder": "mask-predict", "latency_ms": 311 * s} for s in spread]
+        + [{"row": "mask-predict-upstream", "machine": cpu, "decoder": "mask-predict", "latency_ms": 20 * s}
+           for s in spread]
+        + [{"row": "abnet-enc", "machine": cpu, "decoder": "transformers", "latency_ms": 212 * s} for s in spread[:3]]
+        + [{"row": "abnet", "machine": gpu, "decoder": "mask-predict", "latency_ms": 116.0}])
+    assert GUO_LATENCY_AGAINST == "in-domain"
+    out = latency_verdicts(cells, GUO_LATENCY_MS, GUO_LATENCY_AGAINST).set_index("claim")
+    assert set(out["machine"]) == {cpu}  # no Transformer cell on the GPU: no claim there
+    abnet = out.loc["abnet faster than in-domain"]
+    assert abnet["verdict"] == "reversed" and abnet["published_speedup"] == 2.38
+    assert abnet["ci_low"] < round(34 / 311, 2) < abnet["ci_high"] < 1
+    assert out.loc["mask-predict-upstream faster than in-domain", "verdict"] == "holds"
+    assert out.loc["abnet-enc faster than in-domain", "verdict"] == "fewer than 5 seeds a side: not a finding"
+    assert out.loc["abnet-enc faster than in-domain", "seeds"] == "3/5"
+    assert "mask-predict faster than in-domain" not in out.index  # no cells of that row
+    assert "decoding mask-predict vs ctranslate2" in abnet["condition"]

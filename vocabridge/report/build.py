@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from vocabridge.grid import CellRecord, Gathered
-from vocabridge.papers import PAPER_TABLES
+from vocabridge.papers import GUO_LATENCY_AGAINST, GUO_LATENCY_MS, PAPER_TABLES
 from vocabridge.report.cells import cell_line, read_curve, unseen_rate
 from vocabridge.report.conditions import (
     DEV,
@@ -38,7 +38,13 @@ from vocabridge.report.tables import (
     seeds_table,
     vocabulary_fit_table,
 )
-from vocabridge.report.verdicts import holm_verdict, ordering_verdicts, paper_layout, verdict_text
+from vocabridge.report.verdicts import (
+    holm_verdict,
+    latency_verdicts,
+    ordering_verdicts,
+    paper_layout,
+    verdict_text,
+)
 from vocabridge.significance import (
     Comparison,
     compare_statistics,
@@ -220,12 +226,14 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     fit = vocabulary_fit_table(mismatch, diagnostics, lang) if mismatch_tgt is not None else None
 
     speed = decoding_speed_table(cells, baseline)
+    latency = latency_verdicts(cells, GUO_LATENCY_MS, GUO_LATENCY_AGAINST) if len(speed) else pd.DataFrame()
     plm_lines = plm_summary(plms or {})
     plm_curves = pd.concat([curve.assign(language=lang) for lang, (curve, _) in (plms or {}).items()],
                            ignore_index=True) if plms else pd.DataFrame(columns=["language", "step"])
     tables = {"report": table, "rows": rows_table, "cells": cells, "seeds": seeds_frame,
               "seed_comparisons": seed_tests, "correlations": correlations, "learning_curves": grouped_curves,
-              "forgetting": forgetting, "extension": extension, "decoding_speed": speed, "plms": plm_lines,
+              "forgetting": forgetting, "extension": extension, "decoding_speed": speed,
+              "latency_verdicts": latency, "plms": plm_lines,
               "plm_curves": plm_curves}
     for paper, layout, verdicts in papers:
         tables[f"paper_{paper.key}"], tables[f"paper_{paper.key}_orderings"] = layout, verdicts
@@ -235,7 +243,7 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     markdown = study_markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves,
                          threshold, cfg, clusters, forgetting, extension, correlations, shared_vocab, fit,
                          upstream_sentences, diagnostics, missing_rows, left_out, seeds, baseline, sets, conditions,
-                         more=speed_and_plm_markdown(speed, plm_lines, baseline), documents=documents)
+                         more=speed_and_plm_markdown(speed, plm_lines, baseline, latency), documents=documents)
     return Built(markdown, tables, grouped_curves, threshold, missing_rows, left_out)
 
 

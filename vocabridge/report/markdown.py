@@ -146,9 +146,10 @@ def study_markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_t
 
 
 
-def speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: str) -> list[str]:
-    """The decoding-speed section (where cells measured latency) and the BERTs' section (where the study made or
-    took BERTs)."""
+def speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: str,
+                           latency: pd.DataFrame | None = None) -> list[str]:
+    """The decoding-speed section (where cells measured latency), with Guo et al.'s speed claim as verdicts, and
+    the BERTs' section (where the study made or took BERTs)."""
     parts = []
     if len(speed):
         parts.append(
@@ -161,6 +162,14 @@ def speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: st
             "machines do not compare; benchmarks/mask_predict_latency.py times the decoders side by side on one "
             "machine.\n\n"
             + to_markdown(speed))
+    if latency is not None and len(latency):
+        parts.append(
+            "### Guo et al.'s speed claim, as verdicts\n\nEach row that Guo et al.'s Table 1 puts below the "
+            "Transformer's latency decodes a sentence faster than it, on each machine: speedup, the ratio of the "
+            "cells' geometric mean latencies (the Transformer's ms over the row's), with a 95% Welch t interval on "
+            "log latency, Holm over the machine's claims; holds / reversed as the orderings' verdicts (the interval "
+            "excludes 1, p_holm <= 0.05, 5 cells a side). Each cell was timed beside whatever else its machine ran "
+            "(`latency_verdicts.csv`).\n\n" + to_markdown(latency))
     if len(plms):
         gain = next(c for c in plms.columns if c.startswith("accuracy_gain_last_"))
         parts.append(

@@ -3,8 +3,10 @@ comparison is reported in."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 
 from vocabridge.papers import PaperTable
@@ -14,6 +16,7 @@ from vocabridge.significance import (
     MIN_SEEDS,
     Comparison,
     holm,
+    t_interval,
 )
 
 
@@ -144,3 +147,48 @@ def verdict_text(c: Comparison, p_holm: float | None, against: str, reference: s
         said = f"p_holm {p_text(p_holm)}: {said}"
     return (f"{c.delta:+.2f} [{c.ci_low:.2f}, {c.ci_high:.2f}]{' ' if p_holm is not None else ': '}{said}"
             + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+LATENCY_COLUMNS = ["claim", "machine", "published_speedup", "speedup", "ci_low", "ci_high", "p_value", "p_holm",
+                   "seeds", "verdict", "condition"]
+
+
+def latency_verdicts(cells: pd.DataFrame, published: dict[str, float], against: str) -> pd.DataFrame:
+    """Guo et al.'s speed claim as verdicts: each row whose published latency is below `against`'s decodes a
+    sentence faster than it. Per machine (a latency is a machine's), over its cells' latency_ms: the speed-up as
+    the ratio of geometric means (against's ms / the row's) with a 95% Welch t interval on log latency, p, Holm's
+    correction over the machine's claims (one family), and the verdict by the BLEU orderings' rule (holds /
+    reversed: the interval excludes 1 and p_holm <= 0.05, 5 cells a side). Each cell measured beside whatever
+    else its machine ran: the spread that adds widens the interval."""
+    if not len(cells) or "latency_ms" not in cells:
+        return pd.DataFrame(columns=LATENCY_COLUMNS)
+    timed = cells.assign(latency_ms=pd.to_numeric(cells["latency_ms"], errors="coerce")).dropna(subset=["latency_ms"])
+    timed = timed[timed["latency_ms"] > 0]
+    machines = timed["machine"].fillna("unknown")
+    claims = [row for row, ms in published.items() if row != against and ms < published[against]]
+    out = []
+    for machine in dict.fromkeys(machines):
+        here = timed[machines == machine]
+        base = here.loc[here["row"] == against, "latency_ms"].to_numpy()
+        found = []
+        for row in claims:
+            own = here.loc[here["row"] == row, "latency_ms"].to_numpy()
+            if len(base) and len(own):
+                i = t_interval(np.log(base), np.log(own), paired=False)
+                c = Comparison(delta=i.delta, ci_low=i.low, ci_high=i.high, p_value=i.p_value, seeds=len(base),
+                               reference_seeds=len(own), std_error=i.std_error, seed_std=None,
+                               reference_seed_std=None, sentence_variance=0.0, form="unpaired", df=i.df)
+                found.append((row, c))
+        adjusted = holm([c.p for _, c in found])[0]
+        for (row, c), p_holm in zip(found, adjusted, strict=True):
+            decoders = [", ".join(sorted({str(d) for d in here.loc[here["row"] == r, "decoder"].dropna()}))
+                        for r in (row, against)]
+            out.append({"claim": f"{row} faster than {against}", "machine": machine,
+                        "published_speedup": round(published[against] / published[row], 2),
+                        "speedup": round(math.exp(c.delta), 2), "ci_low": round(math.exp(c.ci_low), 2),
+                        "ci_high": round(math.exp(c.ci_high), 2), "p_value": float(f"{c.p_value:.2g}"),
+                        "p_holm": float(f"{p_holm:.2g}"),
+                        "seeds": f"{c.reference_seeds}/{c.seeds}",
+                        "verdict": holm_verdict(c, p_holm, ("holds", "reversed")),
+                        "condition": f"decoding {decoders[0]} vs {decoders[1]}; one sentence at a time"})
+    return pd.DataFrame(out, columns=LATENCY_COLUMNS)
