@@ -75,6 +75,12 @@ def test_the_command_writes_the_table_and_both_figures(folders, tmp_path):
     assert "| fwet - ft-tgtv-random, test | +0.40 [-0.10, 0.90] not decisive (5 seeds) |" in text
     assert "| in-domain - ft-srcv, dev books |  | -0.60 [-1.10, -0.10] not decisive (5 seeds) |" in text
     assert (out / "gains.png").stat().st_size > 5000
+    comparisons = folders[0] / "seed_comparisons.csv"  # a side short of seeds says how many each side has
+    frame = pd.read_csv(comparisons)
+    frame.loc[frame["row"] == "in-domain", ["seeds", "reference_seeds", "verdict"]] = [2, 1, "one seed: not a finding"]
+    frame.to_csv(comparisons, index=False)
+    assert cli("sizes", *map(str, folders), "--out", str(out)).returncode == 0
+    assert "-0.50 [-1.00, 0.00] one seed: not a finding (2 seeds against 1) |" in (out / "sizes.md").read_text()
     # the cost of a cell at each size, against the flow's estimate where the folder keeps the run's record
     cost = pd.read_csv(out / "costs.csv").set_index(["size", "row"])
     assert cost.loc[(7997, "fwet"), "finetune_min"] == 40.0 and cost.loc[(1997, "fwet"), "updates"] == 500

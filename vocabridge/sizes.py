@@ -194,8 +194,11 @@ def markdown(sizes: Sizes, methods: list[str]) -> str:
         if not len(hit):
             return ""
         line = hit.iloc[0]
-        return (f"{line['delta']:+.2f} [{line['ci_low']:.2f}, {line['ci_high']:.2f}] {line['verdict']}"
-                + (f" ({int(line['seeds'])} seeds)" if pd.notna(line.get("seeds")) else ""))
+        seeds, against = line.get("seeds"), line.get("reference_seeds")
+        count = "" if pd.isna(seeds) else (
+            f" ({int(seeds)} seed{'s' * (int(seeds) != 1)})" if pd.isna(against) or int(against) == int(seeds)
+            else f" ({int(seeds)} seeds against {int(against)})")
+        return f"{line['delta']:+.2f} [{line['ci_low']:.2f}, {line['ci_high']:.2f}] {line['verdict']}{count}"
 
     order = sorted(sizes.sizes.items(), key=lambda kv: kv[1])
     head = "| difference | " + " | ".join(f"{size:,} pairs ({Path(f).name})" for f, size in order) + " |"
