@@ -412,3 +412,16 @@ def test_guo_et_al_s_speed_claim_gets_a_verdict_per_machine():
     assert out.loc["abnet-enc faster than in-domain", "seeds"] == "3/5"
     assert "mask-predict faster than in-domain" not in out.index  # no cells of that row
     assert "decoding mask-predict vs ctranslate2" in abnet["condition"]
+
+
+def test_a_speed_claim_against_a_row_without_a_published_latency_is_a_one_line_error(tmp_path):
+    import yaml
+
+    from vocabridge.papers import PAPERS_FILE, load_papers
+
+    data = yaml.safe_load(PAPERS_FILE.read_text())
+    data["guo2020_table1"]["latency_against"] = "ft-srcv"
+    path = tmp_path / "papers.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=r"guo2020_table1.latency_against: 'ft-srcv' has no latency_ms"):
+        load_papers(path)

@@ -35,6 +35,8 @@ def load_papers(path: Path = PAPERS_FILE) -> tuple[dict[str, PaperTable], dict[s
         latency[key] = {str(row): ms for row, ms in (spec.get("latency_ms") or {}).items()}
         if spec.get("latency_against"):
             against[key] = str(spec["latency_against"])
+            if against[key] not in latency[key]:
+                raise ValueError(f"{path}: {key}.latency_against: '{against[key]}' has no latency_ms")
     return tables, latency, against
 
 
