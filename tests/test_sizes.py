@@ -73,6 +73,7 @@ def test_the_command_writes_the_table_and_both_figures(folders, tmp_path):
     assert {"sizes.csv", "sizes.md", "gains.png", "regimes.png"} <= {p.name for p in out.iterdir()}
     text = (out / "sizes.md").read_text()
     assert "| fwet - ft-tgtv-random, test | +0.40 [-0.10, 0.90] not decisive (5 seeds) |" in text
+    assert text.index("## What the sizes say") < text.index("## The verdicts by size")  # the answer leads
     assert "| in-domain - ft-srcv, dev books |  | -0.60 [-1.10, -0.10] not decisive (5 seeds) |" in text
     assert (out / "gains.png").stat().st_size > 5000
     comparisons = folders[0] / "seed_comparisons.csv"  # a side short of seeds says how many each side has
@@ -104,3 +105,29 @@ def test_bad_folders_are_one_line_and_write_nothing(folders, tmp_path):
         for row in ("ft-tgtv-random", "in-domain"):
             (folders[0] / "cells" / row / "s1" / "record.json").write_text("{}")
         gather([folders[0]])
+
+
+def test_the_answers_follow_the_fixed_rules(tmp_path):
+    """Initialising matters where a gain is decisive on both test sets, is negligible where every difference from
+    random new rows stays within +-0.5 at 95% on both, and stops mattering from the smallest size where it is
+    negligible at every larger size too; Single-Run and the new vocabulary by the sign of a decisive difference."""
+    from vocabridge.sizes import answers
+
+    small = folder(tmp_path, "study", 2000, [("fwet", "ft-tgtv-random", 0.9, "decisive"),
+                                             ("ft-tgtv-random", "ft-srcv", 2.8, "decisive"),
+                                             ("in-domain", "ft-srcv", -2.6, "decisive")])
+    middle = folder(tmp_path, "size-8000", 8000, [("fwet", "ft-tgtv-random", 0.0, "not decisive"),
+                                                  ("ft-tgtv-random", "ft-srcv", 1.0, "decisive"),
+                                                  ("in-domain", "ft-srcv", 0.2, "not decisive")])
+    large = folder(tmp_path, "size-all", 20000, [("fwet", "ft-tgtv-random", 0.05, "not decisive"),
+                                                 ("ft-tgtv-random", "ft-srcv", 0.3, "not decisive"),
+                                                 ("in-domain", "ft-srcv", 1.5, "decisive")])
+    text = "\n".join(answers(gather([small, middle, large]), ["fwet"], negligible=0.7))
+    assert "stops mattering from 7,997 pairs on" in text
+    assert "1,997 pairs, initialising the new rows: matters: fwet gain decisively on both test sets" in text
+    assert "19,997 pairs, Single-Run (in-domain) against Pretrain-Finetune (ft-srcv): ahead" in text
+    assert "1,997 pairs, Single-Run (in-domain) against Pretrain-Finetune (ft-srcv): behind" in text
+    # a stricter bound: the intervals (+-0.5 around the difference) no longer rule out 0.5 BLEU
+    strict = answers(gather([small, middle, large]), ["fwet"], negligible=0.5)
+    assert strict[0].startswith("- Initialising the new rows is negligible at no size measured")
+    assert any("7,997 pairs, initialising the new rows: not settled" in line for line in strict)

@@ -483,7 +483,7 @@ def workspace_command(argv: list[str]) -> None:
         raise SystemExit(status)
 
 
-def sizes_command(folders: list[Path], out: Path, methods: list[str] | None) -> str:
+def sizes_command(folders: list[Path], out: Path, methods: list[str] | None, negligible: float = 0.5) -> str:
     """`vocabridge sizes`: vocabridge.sizes over results folders, written atomically."""
     from vocabridge.fileio import atomic_dir
     from vocabridge.sizes import BASE, REFERENCE, SCRATCH, gather, write
@@ -496,7 +496,7 @@ def sizes_command(folders: list[Path], out: Path, methods: list[str] | None) -> 
     if unknown:
         raise ConfigError(f"sizes: --methods: no comparison of {unknown} against {REFERENCE} in {folders}")
     with atomic_dir(out) as tmp:
-        written = write(found, methods, tmp)
+        written = write(found, methods, tmp, negligible)
     counts = ", ".join(f"{n:,}" for n in sorted(found.sizes.values()))
     return f"{out}: {', '.join(written)} over {len(folders)} sizes ({counts} training pairs)"
 
@@ -748,9 +748,14 @@ def main(argv: list[str]) -> None:
     sz.add_argument("--methods", nargs="+", default=None,
                     help="rows whose gain over ft-tgtv-random to draw (default: every row compared with it that "
                          "makes new rows)")
+    sz.add_argument("--negligible", type=float, default=0.5, metavar="BLEU",
+                    help="a gain whose 95%% interval stays below this on both test sets is negligible (default "
+                         "%(default)s, as report.target_difference)")
     args = parser.parse_args(argv)
     if args.command == "sizes":
-        print(sizes_command(args.folders, args.out, args.methods))
+        if args.negligible <= 0:
+            raise ConfigError(f"sizes: --negligible: must be above 0 BLEU, got {args.negligible}")
+        print(sizes_command(args.folders, args.out, args.methods, args.negligible))
     elif args.command in ("results", "estimate"):
         workspace_command(argv)
     elif args.command == "profile":

@@ -214,7 +214,82 @@ def markdown(sizes: Sizes, methods: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write(sizes: Sizes, methods: list[str], out: Path) -> list[str]:
+def _gains(frame: pd.DataFrame, size: int) -> dict[str, pd.Series]:
+    """A comparison's line at `size`, by test set."""
+    return {line["test_set"]: line for _, line in frame[frame["size"] == size].iterrows()}
+
+
+def _decisive(line: pd.Series | None, sign: int) -> bool:
+    return line is not None and line["verdict"] in ("decisive", "holds") and line["delta"] * sign > 0
+
+
+RULE = ("The rules, fixed before the cells came in: initialising the new rows *matters* at a size where some "
+        "method's gain over random new rows is decisive on both test sets; it *matters on one test set* where a "
+        "gain is decisive on one only; *no finding yet* while a side has fewer than 5 seeds; it is *negligible* "
+        "where every method's difference from random new rows has a 95% interval within +-{negligible} BLEU on both "
+        "test sets (no gain and no loss worth having); otherwise it is *not settled* (intervals too wide to tell). "
+        "Single-Run against Pretrain-Finetune and the new vocabulary against the old: the sign of a difference "
+        "decisive on both test sets, else no decisive difference.")
+
+
+def _initialising(sizes: Sizes, methods: list[str], size: int, negligible: float) -> tuple[str, str]:
+    """Whether initialising the new rows matters at `size` (RULE): the status and the sentence that says it."""
+    gains = {m: g for m in methods if (g := _gains(differences(sizes, m, REFERENCE), size))}
+    both = [m for m, g in gains.items() if all(_decisive(g.get(s), 1) for s in TEST_SETS)]
+    some = [m for m, g in gains.items() if any(_decisive(g.get(s), 1) for s in TEST_SETS)]
+    if both:
+        best = max(both, key=lambda m: gains[m]["test"]["delta"])
+        return "matters", (f"matters: {', '.join(both)} gain decisively on both test sets (best: {best} "
+                           f"{_figure(gains[best]['test'])} on test)")
+    if some:
+        return "matters on one test set", (f"matters on one test set: {', '.join(some)} gain decisively on one "
+                                           "test set only")
+    lines = [g.get(s) for g in gains.values() for s in TEST_SETS]
+    if any(line is not None and _few(line) for line in lines):
+        return "no finding yet", "no finding yet: a side has fewer than 5 seeds"
+    if gains and all(line is not None and -negligible < line["ci_low"] and line["ci_high"] < negligible
+                     for line in lines):
+        return "negligible", (f"negligible: every method's difference from random new rows is within +-{negligible} "
+                              "BLEU at 95% on both test sets")
+    return "not settled", ("not settled: no method gains decisively, and the intervals do not rule out "
+                           f"{negligible} BLEU")
+
+
+def _few(line: pd.Series) -> bool:
+    return "seed" in str(line["verdict"])  # one seed / fewer than 5 seeds a side: not a finding
+
+
+def _figure(line: pd.Series) -> str:
+    return f"{line['delta']:+.2f} [{line['ci_low']:.2f}, {line['ci_high']:.2f}]"
+
+
+def answers(sizes: Sizes, methods: list[str], negligible: float = 0.5) -> list[str]:
+    """The questions the sizes answer, by RULE: from which size on initialising stops mattering, then per size
+    whether it matters, and where Single-Run and the new vocabulary stand against Pretrain-Finetune."""
+    order = sorted(sizes.sizes.values())
+    status = {size: _initialising(sizes, methods, size, negligible) for size in order}
+    stops = next((size for i, size in enumerate(order) if all(status[s][0] == "negligible" for s in order[i:])), None)
+    lines = [f"- Initialising the new rows stops mattering from {stops:,} pairs on (negligible there and at every "
+             "larger size)" if stops is not None else
+             "- Initialising the new rows is negligible at no size measured (at the largest, "
+             f"{order[-1]:,} pairs: {status[order[-1]][0]})"]
+    for size in order:
+        lines.append(f"- {size:,} pairs, initialising the new rows: {status[size][1]}")
+        for row, label in ((SCRATCH, "Single-Run (in-domain) against Pretrain-Finetune (ft-srcv)"),
+                           (REFERENCE, "the new vocabulary (ft-tgtv-random) against the old (ft-srcv)")):
+            g = _gains(differences(sizes, row, BASE), size)
+            if not g:
+                continue
+            word = ("ahead, decisively on both test sets" if all(_decisive(g.get(s), 1) for s in TEST_SETS) else
+                    "behind, decisively on both test sets" if all(_decisive(g.get(s), -1) for s in TEST_SETS) else
+                    "no finding yet (fewer than 5 seeds a side)" if any(_few(line) for line in g.values()) else
+                    "no difference decisive on both test sets")
+            test = f" ({_figure(g['test'])} on test)" if "test" in g else ""
+            lines.append(f"- {size:,} pairs, {label}: {word}{test}")
+    return lines
+
+
+def write(sizes: Sizes, methods: list[str], out: Path, negligible: float = 0.5) -> list[str]:
     """sizes.csv, costs.csv, sizes.md and the two figures into `out` (use inside fileio.atomic_dir); returns the
     files."""
     from vocabridge.report import to_markdown
@@ -233,7 +308,9 @@ def write(sizes: Sizes, methods: list[str], out: Path) -> list[str]:
     folders = ", ".join(f"`{f}` ({size:,} pairs)" for f, size in sorted(sizes.sizes.items(), key=lambda kv: kv[1]))
     (out / "sizes.md").write_text(
         f"# Across in-domain sizes\n\nFrom {folders}: each folder's verdicts (5 seeds a side, paired where cells pair, "
-        f"Holm within its size and reference), side by side.\n\n{markdown(sizes, methods)}{figures}\n\n"
+        f"Holm within its size and reference), side by side.\n\n## What the sizes say\n\n"
+        + "\n".join(answers(sizes, methods, negligible)) + "\n\n" + RULE.format(negligible=negligible) + "\n\n"
+        f"## The verdicts by size\n\n{markdown(sizes, methods)}{figures}\n\n"
         f"## Cost per cell\n\nFrom the cells' records: the fine-tune's updates and wall minutes (median over seeds; "
         f"the range: a cell that ran beside other work or was paused reads longer), the token distillation's "
         f"minutes, the test set's decoding, the machine; expected: the flow's estimate of the same fine-tune, where "
