@@ -114,6 +114,7 @@ def test_the_answers_follow_the_fixed_rules(tmp_path):
     from vocabridge.sizes import answers
 
     small = folder(tmp_path, "study", 2000, [("fwet", "ft-tgtv-random", 0.9, "decisive"),
+                                             ("va-llm", "ft-tgtv-random", -1.6, "decisive"),
                                              ("ft-tgtv-random", "ft-srcv", 2.8, "decisive"),
                                              ("in-domain", "ft-srcv", -2.6, "decisive")])
     middle = folder(tmp_path, "size-8000", 8000, [("fwet", "ft-tgtv-random", 0.0, "not decisive"),
@@ -122,9 +123,10 @@ def test_the_answers_follow_the_fixed_rules(tmp_path):
     large = folder(tmp_path, "size-all", 20000, [("fwet", "ft-tgtv-random", 0.05, "not decisive"),
                                                  ("ft-tgtv-random", "ft-srcv", 0.3, "not decisive"),
                                                  ("in-domain", "ft-srcv", 1.5, "decisive")])
-    text = "\n".join(answers(gather([small, middle, large]), ["fwet"], negligible=0.7))
+    text = "\n".join(answers(gather([small, middle, large]), ["fwet", "va-llm"], negligible=0.7))
     assert "stops mattering from 7,997 pairs on" in text
     assert "1,997 pairs, initialising the new rows: matters: fwet gain decisively on both test sets" in text
+    assert "; va-llm lose decisively on both" in text
     assert "19,997 pairs, Single-Run (in-domain) against Pretrain-Finetune (ft-srcv): ahead" in text
     assert "1,997 pairs, Single-Run (in-domain) against Pretrain-Finetune (ft-srcv): behind" in text
     # a stricter bound: the intervals (+-0.5 around the difference) no longer rule out 0.5 BLEU

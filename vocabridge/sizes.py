@@ -225,7 +225,8 @@ def _decisive(line: pd.Series | None, sign: int) -> bool:
 
 RULE = ("The rules, fixed before the cells came in: initialising the new rows *matters* at a size where some "
         "method's gain over random new rows is decisive on both test sets; it *matters on one test set* where a "
-        "gain is decisive on one only; *no finding yet* while a side has fewer than 5 seeds; it is *negligible* "
+        "gain is decisive on one only; *matters as a loss* where no method gains and some lose decisively on both; "
+        "*no finding yet* while a side has fewer than 5 seeds; it is *negligible* "
         "where every method's difference from random new rows has a 95% interval within +-{negligible} BLEU on both "
         "test sets (no gain and no loss worth having); otherwise it is *not settled* (intervals too wide to tell). "
         "Single-Run against Pretrain-Finetune and the new vocabulary against the old: the sign of a difference "
@@ -237,13 +238,17 @@ def _initialising(sizes: Sizes, methods: list[str], size: int, negligible: float
     gains = {m: g for m in methods if (g := _gains(differences(sizes, m, REFERENCE), size))}
     both = [m for m, g in gains.items() if all(_decisive(g.get(s), 1) for s in TEST_SETS)]
     some = [m for m, g in gains.items() if any(_decisive(g.get(s), 1) for s in TEST_SETS)]
+    losses = [m for m, g in gains.items() if all(_decisive(g.get(s), -1) for s in TEST_SETS)]
+    lose = f"; {', '.join(losses)} lose decisively on both" if losses else ""
     if both:
         best = max(both, key=lambda m: gains[m]["test"]["delta"])
         return "matters", (f"matters: {', '.join(both)} gain decisively on both test sets (best: {best} "
-                           f"{_figure(gains[best]['test'])} on test)")
+                           f"{_figure(gains[best]['test'])} on test){lose}")
     if some:
         return "matters on one test set", (f"matters on one test set: {', '.join(some)} gain decisively on one "
-                                           "test set only")
+                                           f"test set only{lose}")
+    if losses:
+        return "matters as a loss", f"matters as a loss only: no method gains decisively{lose}"
     lines = [g.get(s) for g in gains.values() for s in TEST_SETS]
     if any(line is not None and _few(line) for line in lines):
         return "no finding yet", "no finding yet: a side has fewer than 5 seeds"
