@@ -26,4 +26,6 @@ for code in sys.argv[1:]:
     tokenizer = vocabulary(text, spec.vocab_size, paths.CHECKPOINTS / "plm" / code / "tokenizer",
                            fingerprint_of(code, spec.vocab_size, *sources))
     save_bert(build_bert(cfg.arch, tokenizer, cfg.train.seed), tokenizer, paths.PLMS / code)
+    # run.sh refuses a row that reads the BERTs' weights while this file is there; the plm stage replaces the folder
+    (paths.PLMS / code / "VOCABULARY_ONLY").write_text("untrained weights: only the vocabulary and sizes are real\n")
     print(f"{paths.PLMS / code}: vocabulary of {len(tokenizer)} pieces, untrained weights")
