@@ -88,8 +88,18 @@ def test_the_command_writes_the_table_and_both_figures(folders, tmp_path):
     assert cost.loc[(7997, "fwet"), "expected_finetune_min"] == 82.3  # the mean of its two fine-tunes' estimates
     assert pd.isna(cost.loc[(1997, "fwet"), "expected_finetune_min"])  # that folder keeps no flow record
     assert cost.loc[(7997, "fwet"), "machine"] == "AMD EPYC AVX512, bf16 yes, 1 thread"
-    assert "## Cost per cell" in text and "| 7997 | fwet | 1 | 2000 | 40 | 40.0-40.0 | 82.3 |" in \
+    assert "## Cost per cell" in text and "| 7997 | fwet | 1 | 0 | 2000 | 40 | 40.0-40.0 | 82.3 |" in \
         (out / "sizes.md").read_text()
+    # a fine-tune stopped by its cap counts against convergence, a row that does not fine-tune does not count
+    record = folders[0] / "cells" / "fwet" / "s1" / "record.json"
+    data = json.loads(record.read_text())
+    data["finetune"]["stopped"] = "max_updates reached"
+    record.write_text(json.dumps(data))
+    (folders[0] / "cells" / "out-domain" / "s1").mkdir(parents=True)
+    (folders[0] / "cells" / "out-domain" / "s1" / "record.json").write_text(json.dumps(
+        {"finetune": {"updates": 0, "best_update": 0}, "metrics": {"seconds": 9.0}}))
+    assert cli("sizes", *map(str, folders), "--out", str(out)).returncode == 0
+    assert "- 7,997 pairs: 1 of 3 fine-tuned cells stopped by their cap" in (out / "sizes.md").read_text()
 
 
 def test_bad_folders_are_one_line_and_write_nothing(folders, tmp_path):

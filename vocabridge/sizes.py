@@ -25,8 +25,8 @@ SCRATCH = "in-domain"  # Single-Run: the same model trained on the in-domain pai
 TEST_SETS = ("test", "dev books")
 COLUMNS = ["size", "folder", "row", "against", "test_set", "seeds", "reference_seeds", "delta", "ci_low", "ci_high",
            "p_holm", "verdict"]
-COST_COLUMNS = ["size", "row", "cells", "updates", "finetune_min", "finetune_min_range", "expected_finetune_min",
-                "distill_min", "decode_s", "machine"]
+COST_COLUMNS = ["size", "row", "cells", "unconverged", "updates", "finetune_min", "finetune_min_range",
+                "expected_finetune_min", "distill_min", "decode_s", "machine"]
 
 
 @dataclass
@@ -94,6 +94,18 @@ def _expected(folder: Path) -> dict[str, list[float]]:
     return out
 
 
+def unconverged(tune: dict) -> bool:
+    """A fine-tune stopped by its cap, or whose best checkpoint is its last evaluation (records written before
+    `stopped_by` and `best_at_end` say it in `stopped` and `best_update`)."""
+    if not tune.get("updates"):
+        return False  # no fine-tune (a row evaluated as it is)
+    by = tune.get("stopped_by") or ("cap" if str(tune.get("stopped", "")).startswith("max_updates") else None)
+    at_end = tune.get("best_at_end")
+    if at_end is None:
+        at_end = tune.get("best_update") is not None and tune.get("best_update") == tune.get("updates")
+    return by == "cap" or bool(at_end)
+
+
 def costs(sizes: Sizes) -> pd.DataFrame:
     """What a cell cost at each size, from the committed records: its fine-tune's updates and wall minutes (the
     median over seeds, which a cell paused or run beside other work moves least, and the range), the token
@@ -113,6 +125,7 @@ def costs(sizes: Sizes) -> pd.DataFrame:
             decode = [r["metrics"]["seconds"] for r in records if (r.get("metrics") or {}).get("seconds") is not None]
             lines.append({
                 "size": size, "row": row, "cells": len(records),
+                "unconverged": sum(unconverged(r.get("finetune") or {}) for r in records),
                 "updates": round(median([t["updates"] for t in tuned])) if tuned else None,
                 "finetune_min": round(median(minutes), 1) if minutes else None,
                 "finetune_min_range": f"{min(minutes):.1f}-{max(minutes):.1f}" if minutes else None,
@@ -294,6 +307,19 @@ def answers(sizes: Sizes, methods: list[str], negligible: float = 0.5) -> list[s
     return lines
 
 
+def convergence(cost: pd.DataFrame) -> str:
+    """Per size, the share of cells whose fine-tune stopped by its cap or was best at its last evaluation (the
+    study's rule: fewer than 10%)."""
+    if not len(cost):
+        return "No cells."
+    lines = []
+    for size, part in cost[cost["updates"].notna()].groupby("size"):  # rows that fine-tune
+        cells, bad = int(part["cells"].sum()), int(part["unconverged"].sum())
+        lines.append(f"- {size:,} pairs: {bad} of {cells} fine-tuned cells stopped by their cap or best at their last "
+                     f"evaluation ({100 * bad / cells:.0f}%; the rule: fewer than 10%)")
+    return "\n".join(lines)
+
+
 def write(sizes: Sizes, methods: list[str], out: Path, negligible: float = 0.5) -> list[str]:
     """sizes.csv, costs.csv, sizes.md and the two figures into `out` (use inside fileio.atomic_dir); returns the
     files."""
@@ -316,7 +342,9 @@ def write(sizes: Sizes, methods: list[str], out: Path, negligible: float = 0.5) 
         f"Holm within its size and reference), side by side.\n\n## What the sizes say\n\n"
         + "\n".join(answers(sizes, methods, negligible)) + "\n\n" + RULE.format(negligible=negligible) + "\n\n"
         f"## The verdicts by size\n\n{markdown(sizes, methods)}{figures}\n\n"
-        f"## Cost per cell\n\nFrom the cells' records: the fine-tune's updates and wall minutes (median over seeds; "
+        f"## Convergence\n\n{convergence(cost)}\n\n"
+        f"## Cost per cell\n\nFrom the cells' records: unconverged, the cells stopped by their cap or best at their "
+        f"last evaluation; the fine-tune's updates and wall minutes (median over seeds; "
         f"the range: a cell that ran beside other work or was paused reads longer), the token distillation's "
         f"minutes, the test set's decoding, the machine; expected: the flow's estimate of the same fine-tune, where "
         f"the folder keeps the run's record (flow_run.json).\n\n{to_markdown(cost)}\n",
