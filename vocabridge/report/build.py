@@ -226,7 +226,7 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     fit = vocabulary_fit_table(mismatch, diagnostics, lang) if mismatch_tgt is not None else None
 
     speed = decoding_speed_table(cells, baseline)
-    latency = latency_verdicts(cells, GUO_LATENCY_MS, GUO_LATENCY_AGAINST) if len(speed) else pd.DataFrame()
+    latency = latency_verdicts(cells, GUO_LATENCY_MS, GUO_LATENCY_AGAINST)
     plm_lines = plm_summary(plms or {})
     plm_curves = pd.concat([curve.assign(language=lang) for lang, (curve, _) in (plms or {}).items()],
                            ignore_index=True) if plms else pd.DataFrame(columns=["language", "step"])
