@@ -24,6 +24,25 @@ def test_repository_params_and_profiles_are_valid():
             assert grid.upstreams[grid.backtranslation.upstream].reverse, profile.name
 
 
+def test_the_models_cells_start_from_train_at_a_fixed_thread_count_in_every_profile():
+    """On a CPU another thread count gives other weights, so the trainings whose models the cells start from (the
+    base model, the generators, the BERTs) and the fine-tunes name their thread count, or take compute.threads where
+    a profile fixes that: never the machine's core count or $VOCABRIDGE_THREADS, so a lost workspace is remade bit
+    for bit on any machine of the class. The committed studies' base model is the 2-thread one; the plm and sato
+    studies' upstream models the 1-thread ones."""
+    for profile in [ROOT / "params.yaml", *sorted((ROOT / "profiles").glob("*.yaml"))]:
+        grid = parse(Params, apply_profile(ROOT / "params.yaml", profile), "params")
+        for key, threads in (("pretrain.train", grid.pretrain.train.threads),
+                             ("generator.train", grid.generator.train.threads),
+                             ("plm.train", grid.plm.train.threads), ("abnet.train", grid.abnet.train.threads),
+                             ("finetune.train", grid.finetune.train.threads)):
+            assert (threads or grid.compute.threads) > 0, f"{profile.name}: {key}.threads follows the machine"
+    assert load_params(ROOT / "params.yaml").pretrain.train.threads == 2
+    for name in ("plm", "sato"):
+        assert parse(Params, apply_profile(ROOT / "params.yaml", ROOT / "profiles" / f"{name}.yaml"),
+                     "params").pretrain.train.threads == 1, name
+
+
 def test_a_profile_replaces_the_rows_whole_and_merges_the_rest(tmp_path):
     params, profiles = tmp_path / "params.yaml", tmp_path / "profiles"
     params.write_text("rows:\n  ft-srcv: {}\n  va-llm: {k: 5}\nseeds: [1, 2, 3]\nfinetune:\n  train_pairs: 2000\n"

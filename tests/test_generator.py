@@ -28,7 +28,7 @@ DE = [f"das gebäude nummer {i} ist {'großartig' if i % 2 else 'unglaublich'} u
 EN = [f"the building number {i} is {'magnificent' if i % 2 else 'unbelievable'} and beautiful" for i in range(200)]
 ARCH = Arch(d_model=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32, max_positions=64, dropout=0.3)
 CFG = GeneratorTraining(steps=8, batch_tokens=300, lr=0.05, log_every=2, checkpoint_every=2,
-                        max_members=6)
+                        max_members=6, threads=1)
 
 
 def test_words_group_pieces_at_the_boundary_marker():
@@ -86,6 +86,20 @@ def trainer(setup, tmp_path, kind="patt", kd=0.5, cfg=CFG, sides="decoder"):
     model, src, tgt, data = setup
     return GeneratorTrainer(model, src, tgt, data, Generator(kind, ARCH.d_model), kd, cfg, Resegment(),
                             tmp_path / "ckpt", {"test": 1}, sides=sides)
+
+
+def test_the_generator_trains_at_its_own_thread_count_whatever_the_process_had(setup, tmp_path):
+    """generator.train.threads is part of the result (another count sums in another order): the trainer sets it;
+    0 leaves the process's (compute.threads)."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        trainer(setup, tmp_path, cfg=replace(CFG, threads=0))
+        assert torch.get_num_threads() == 2
+        trainer(setup, tmp_path, cfg=replace(CFG, threads=1))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_extended_forward_equals_the_plain_model_and_the_model_is_frozen(setup, tmp_path):

@@ -205,7 +205,7 @@ class Pretrain:
     cbow: Cbow = field(default_factory=Cbow)  # the CBOW run of `init: cbow`
     arch: Arch = field(default_factory=Arch)
     train: Training = field(default_factory=lambda: Training(max_updates=2000, batch_tokens=3000, dev_sentences=400,
-                                                             checkpoint_every=250))
+                                                             checkpoint_every=250, threads=2))
 
 
 @dataclass
@@ -305,6 +305,7 @@ class GeneratorTraining:
     patt_scale: Literal["paper", "code"] = "code"  # patt: without Eq. 3's 1/|Sm(w)| (code) or with it (paper)
     log_every: int = 25
     checkpoint_every: int = 50
+    threads: int = 2  # torch threads; 0: compute.threads. Part of the result, as pretrain.train.threads
     seed: int = 1
 
 
@@ -376,6 +377,7 @@ class MlmTraining:
     checkpoint_every: int = 250
     log_every: int = 50
     bf16: bool | Literal["auto"] = "auto"  # as finetune.train.bf16: bf16 autocast where this machine runs it faster
+    threads: int = 1  # torch threads; 0: compute.threads. Part of the result, as pretrain.train.threads
     seed: int = 1
 
 
@@ -460,7 +462,8 @@ class AbnetParams:
     #     the test set is always decoded with `decoding`
     sponsored: Sponsored = field(default_factory=Sponsored)  # abnets.NAME.decoder: coordinator
     train: Training = field(default_factory=lambda: Training(max_updates=10000, warmup=1000, eval_every=1000,
-                                                             batch_tokens=4000, lr=5e-4, select_by="loss"))
+                                                             batch_tokens=4000, lr=5e-4, select_by="loss",
+                                                             threads=1))
     finetune: Training = field(default_factory=lambda: Training(max_updates=350, batch_tokens=1500, lr=5e-4,
                                                                 warmup=100, eval_every=50, dev_sentences=200,
                                                                 patience=0, checkpoint_every=50, log_every=25,
