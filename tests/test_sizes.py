@@ -33,7 +33,8 @@ def folder(root: Path, name: str, pairs: int, lines: list[tuple], dev_books: boo
         cell.mkdir(parents=True)
         machine = {"cpu": "AMD EPYC", "capability": "AVX512", "bf16_native": True, "threads": 1}
         (cell / "record.json").write_text(json.dumps({
-            "finetune": {"train_pairs": pairs - 3, "updates": pairs // 4, "train_seconds": pairs * 0.3},
+            "finetune": {"train_pairs": pairs - 3, "updates": pairs // 4, "train_seconds": pairs * 0.3,
+                         "target_tokens_per_s": pairs / 2},
             "metrics": {"seconds": 50.0}, "machine": machine}))
     return out
 
@@ -88,6 +89,7 @@ def test_the_command_writes_the_table_and_both_figures(folders, tmp_path):
     assert cost.loc[(7997, "fwet"), "expected_finetune_min"] == 82.3  # the mean of its two fine-tunes' estimates
     assert pd.isna(cost.loc[(1997, "fwet"), "expected_finetune_min"])  # that folder keeps no flow record
     assert cost.loc[(7997, "fwet"), "machine"] == "AMD EPYC AVX512, bf16 yes, 1 thread"
+    assert cost.loc[(7997, "fwet"), "tok_s"] == 4000 and cost.loc[(7997, "fwet"), "tok_s_range"] == "4000-4000"
     assert "## Cost per cell" in text and "| 7997 | fwet | 1 | 0 | 2000 | 40 | 40.0-40.0 | 82.3 |" in \
         (out / "sizes.md").read_text()
     # a fine-tune stopped by its cap counts against convergence, a row that does not fine-tune does not count

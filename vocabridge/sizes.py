@@ -26,7 +26,7 @@ TEST_SETS = ("test", "dev books")
 COLUMNS = ["size", "folder", "row", "against", "test_set", "seeds", "reference_seeds", "delta", "ci_low", "ci_high",
            "p_holm", "verdict"]
 COST_COLUMNS = ["size", "row", "cells", "unconverged", "updates", "finetune_min", "finetune_min_range",
-                "expected_finetune_min", "distill_min", "decode_s", "machine"]
+                "expected_finetune_min", "distill_min", "decode_s", "tok_s", "tok_s_range", "machine"]
 
 
 @dataclass
@@ -109,8 +109,10 @@ def unconverged(tune: dict) -> bool:
 def costs(sizes: Sizes) -> pd.DataFrame:
     """What a cell cost at each size, from the committed records: its fine-tune's updates and wall minutes (the
     median over seeds, which a cell paused or run beside other work moves least, and the range), the token
-    distillation's minutes where the row has one, the test set's decoding, and the machine that ran it; against
-    the flow's estimate of the same fine-tune where the folder keeps the run's record (flow_run.json)."""
+    distillation's minutes where the row has one, the test set's decoding, the fine-tunes' target tokens per second
+    (machines that a record names alike can differ: 1,401 against 3,772 for the same row at 8,000 pairs on two AMD
+    EPYC AVX512 machines), and the machine that ran it; against the flow's estimate of the same fine-tune where the
+    folder keeps the run's record (flow_run.json)."""
     lines = []
     for folder, size in sorted(sizes.sizes.items(), key=lambda kv: kv[1]):
         expected = _expected(Path(folder))
@@ -120,6 +122,7 @@ def costs(sizes: Sizes) -> pd.DataFrame:
         for row, records in sorted(by_row.items()):
             tuned = [r["finetune"] for r in records if (r.get("finetune") or {}).get("train_seconds") is not None]
             minutes = [t["train_seconds"] / 60 for t in tuned]
+            speed = [t["target_tokens_per_s"] for t in tuned if t.get("target_tokens_per_s")]
             distill = [d["seconds"] / 60 for r in records
                        if (d := ((r.get("diagnostics") or {}).get("distill") or {})).get("seconds") is not None]
             decode = [r["metrics"]["seconds"] for r in records if (r.get("metrics") or {}).get("seconds") is not None]
@@ -133,6 +136,8 @@ def costs(sizes: Sizes) -> pd.DataFrame:
                 if expected.get(row) else None,
                 "distill_min": round(median(distill), 1) if distill else None,
                 "decode_s": round(median(decode), 1) if decode else None,
+                "tok_s": round(median(speed)) if speed else None,
+                "tok_s_range": f"{min(speed):.0f}-{max(speed):.0f}" if speed else None,
                 "machine": "; ".join(sorted({_machine(r) for r in records}))})
     return pd.DataFrame(lines, columns=COST_COLUMNS)
 
@@ -346,7 +351,9 @@ def write(sizes: Sizes, methods: list[str], out: Path, negligible: float = 0.5) 
         f"## Cost per cell\n\nFrom the cells' records: unconverged, the cells stopped by their cap or best at their "
         f"last evaluation; the fine-tune's updates and wall minutes (median over seeds; "
         f"the range: a cell that ran beside other work or was paused reads longer), the token distillation's "
-        f"minutes, the test set's decoding, the machine; expected: the flow's estimate of the same fine-tune, where "
+        f"minutes, the test set's decoding, the fine-tunes' target tokens per second (median and range: records "
+        f"that name the same machine can differ in speed), the machine; expected: the flow's estimate of the same "
+        f"fine-tune, where "
         f"the folder keeps the run's record (flow_run.json).\n\n{to_markdown(cost)}\n",
         encoding="utf-8")
     return written
