@@ -46,7 +46,7 @@ def train_variant(params, name: str, out):
     cfg, lang = params.generator, params.lang
     base = name.removesuffix("-both")
     variant, sides = cfg.variants[base], "both" if name != base else "decoder"
-    model, src, tgt = load_model(paths.PRETRAINED, str(use_compute(params.compute)))
+    model, src, tgt = load_model(paths.PRETRAINED, str(use_compute(params.compute, cfg.train.threads)))
     corpus = paths.CORPORA / "upstream"
     data = Parallel.encode(read_text_lines(corpus / f"train.{lang.src}"), read_text_lines(corpus / f"train.{lang.tgt}"),
                            src, tgt, cfg.train.max_len)

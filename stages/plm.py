@@ -43,7 +43,7 @@ def main(argv: list[str]) -> None:
         raise ConfigError(f"params.yaml: plms: no entry '{code}' (entries: {sorted(params.plms)})")
     spec = params.plms[code]
     out, (curve, metrics) = paths.PLMS / code, paths.plm_outputs(code)
-    device = use_compute(params.compute)
+    device = use_compute(params.compute, cfg.train.threads)  # the BERT's bits depend on it
     if spec.model:
         model, tokenizer = load_bert(Path(spec.model))
         save_bert(model, tokenizer, out)

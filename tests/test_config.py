@@ -43,6 +43,27 @@ def test_the_models_cells_start_from_train_at_a_fixed_thread_count_in_every_prof
                      "params").pretrain.train.threads == 1, name
 
 
+def test_a_training_s_own_thread_count_wins_over_compute_and_the_environment(monkeypatch):
+    """use_compute(compute, threads): a stage whose training fixes its thread count (generator.train.threads,
+    plm.train.threads) runs at it whatever compute.threads or $VOCABRIDGE_THREADS say; 0 leaves them in charge."""
+    import torch
+
+    from vocabridge.config import Compute
+    from vocabridge.nmt.train import use_compute
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("VOCABRIDGE_THREADS", "1")
+    try:
+        use_compute(Compute(threads=0, device="cpu"), 2)
+        assert torch.get_num_threads() == 2
+        use_compute(Compute(threads=0, device="cpu"))
+        assert torch.get_num_threads() == 1
+        use_compute(Compute(threads=2, device="cpu"), 0)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_profile_replaces_the_rows_whole_and_merges_the_rest(tmp_path):
     params, profiles = tmp_path / "params.yaml", tmp_path / "profiles"
     params.write_text("rows:\n  ft-srcv: {}\n  va-llm: {k: 5}\nseeds: [1, 2, 3]\nfinetune:\n  train_pairs: 2000\n"

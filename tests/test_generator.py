@@ -88,20 +88,6 @@ def trainer(setup, tmp_path, kind="patt", kd=0.5, cfg=CFG, sides="decoder"):
                             tmp_path / "ckpt", {"test": 1}, sides=sides)
 
 
-def test_the_generator_trains_at_its_own_thread_count_whatever_the_process_had(setup, tmp_path):
-    """generator.train.threads is part of the result (another count sums in another order): the trainer sets it;
-    0 leaves the process's (compute.threads)."""
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        trainer(setup, tmp_path, cfg=replace(CFG, threads=0))
-        assert torch.get_num_threads() == 2
-        trainer(setup, tmp_path, cfg=replace(CFG, threads=1))
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
-
-
 def test_extended_forward_equals_the_plain_model_and_the_model_is_frozen(setup, tmp_path):
     tr = trainer(setup, tmp_path)
     model = setup[0]

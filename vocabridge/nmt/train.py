@@ -63,9 +63,10 @@ def threads_of(threads: int = 0) -> int:
     return usable_cores()
 
 
-def use_compute(compute) -> torch.device:
-    """Apply params.yaml's `compute` section to this process: torch's thread count; returns the device."""
-    torch.set_num_threads(threads_of(compute.threads))
+def use_compute(compute, threads: int = 0) -> torch.device:
+    """Apply params.yaml's `compute` section to this process: torch's thread count (`threads`, a training's own
+    fixed count where it has one, over compute.threads); returns the device."""
+    torch.set_num_threads(threads_of(threads or compute.threads))
     return device_of(compute.device)
 
 

@@ -173,8 +173,6 @@ class MlmTrainer(TrainLoop):
         if not train:
             raise InputError(f"{name}: no training text")
         device = torch.device(device)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)  # part of the result, as fit()'s
         model.to(device)  # before the optimizer is made, so that its state lives there too
         self.model, self.tokenizer, self.train_ids, self.cfg = model, tokenizer, train, cfg
         self.held_out = held_out[: cfg.held_out_sentences]

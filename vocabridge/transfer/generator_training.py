@@ -292,8 +292,6 @@ class GeneratorTrainer(TrainLoop):
             raise InputError("the avg generator has nothing to train")
         self.model, self.data, self.gen, self.kd_lambda, self.sides = model, data, gen, kd_lambda, sides
         self.cfg, self.reseg = cfg, reseg
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)  # part of the result, as fit()'s
         device = next(model.parameters()).device
         use_fast_attention(model, device)
         model.eval()  # no dropout
