@@ -180,7 +180,8 @@ def plot(sizes: Sizes, series: list[tuple[str, str]], path: Path, title: str) ->
     found = [(row, ref, d) for row, ref in series if len(d := differences(sizes, row, ref))]
     if not found:
         return False
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=120, sharey=True)
+    legend_rows = -(-len(found) // 3)  # below the panels, three series a line: a legend inside hides intervals
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8 + 0.22 * legend_rows), dpi=120, sharey=True)
     colours = plt.get_cmap("tab10")
     for ax, test_set in zip(axes, TEST_SETS, strict=True):
         for k, (row, ref, frame) in enumerate(found):
@@ -196,10 +197,11 @@ def plot(sizes: Sizes, series: list[tuple[str, str]], path: Path, title: str) ->
         ax.set_title(test_set if test_set == "test" else "second test set (dev books)", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("BLEU difference")
-    axes[1].legend(fontsize=7, loc="best")
-    fig.suptitle(f"{title}: 95% intervals over seeds and test books; filled, ringed green/red: decisive after Holm",
+    legend = {label: handle for ax in axes for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=min(3, len(found)), fontsize=7, frameon=False)
+    fig.suptitle(f"{title}\n95% intervals over seeds and test books; filled, ringed green/red: decisive after Holm",
                  fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.055 * legend_rows / (1 + 0.06 * legend_rows), 1, 1))
     fig.savefig(path)
     plt.close(fig)
     return True
