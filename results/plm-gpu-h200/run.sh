@@ -3,7 +3,11 @@
 #   bash .sitting/run.sh start WAIT    unpack .sitting/in.tgz into /tmp/ws, rebuild the rows' upstream models from the
 #                                      carried BERTs, start the queue of cells (it outlives the call), wait WAIT s, pack
 #   bash .sitting/run.sh collect WAIT  wait up to WAIT s more for the queue, pack again
-# Packs to $OUT/back.tgz: data/cells (finished cells), the stages' metrics, curves, logs.
+# Packs to $OUT/back.tgz: data/cells (finished cells), the stages' metrics, curves, logs. A row whose upstream model
+# trains here (abnets.NAME.upstream true: mask-predict-upstream) trains it in its setup, on the GPU, and its cells wait
+# for it (the other rows' start at once); the trained model comes back as $OUT/upstream-NAME.tgz.aa, .ab, ... (15 MB
+# parts: `cat upstream-NAME.tgz.* | tar xz` in a plm workspace), so that its cells can run on a CPU afterwards.
+# BERTs carried as tokenizers alone (bundle.sh of a workspace with vocab_only_berts.py's BERTs) are remade here.
 # Environment: CELLS ("row seed" lines; default: the cells the study still lacks), ROWS (default: CELLS' rows),
 # PARALLEL (cells at once, default 4), START_BY (no cell starts later than this many seconds after the setup began,
 # default 420: an AB-Net cell needs about 270 s from transfer to record and a plm-nmt cell about 500 s, four at once,
@@ -24,11 +28,18 @@ export START_BY=${START_BY:-420} PARALLEL=${PARALLEL:-4}
 
 pack() {
   cd $W || return
-  for f in logs/*-s*.log; do
+  for f in logs/abnet-*.log logs/*-s*.log; do
     [ -f "$f" ] && printf '%s: %s\n' "$f" "$(tr '\r' '\n' < "$f" | grep -E 'upd/s|BLEU|Error|error' | tail -1)"
   done > $OUT/progress.txt
   tar czf $OUT/back.tgz data/cells data/metrics data/plots data/diagnostics data/rows logs 2>/dev/null
   cp logs/done.txt $OUT/done.txt 2>/dev/null
+  for m in data/metrics/abnet/*.json; do  # upstream models trained here, once each
+    r=$(basename "$m" .json)
+    if [ -f "$m" ] && [ ! -f "$OUT/upstream-$r.tgz.aa" ] && python3 -c "import json, sys
+sys.exit(json.load(open(sys.argv[1])).get('updates', 0) == 0)" "$m"; then
+      tar czf - "data/models/upstream/$r" "$m" "data/plots/abnet/$r" | split -b 15M - "$OUT/upstream-$r.tgz."
+    fi
+  done
   ls -la $OUT
 }
 
@@ -48,16 +59,20 @@ print('transformers', transformers.__version__, 'tokenizers', tokenizers.__versi
     # the BERTs' config.json records the transformers version that wrote it: the CPU study's own
     for f in data/models/upstream/$r/*/config.json; do cp cpu-config.json "$f"; done
     python3 -m stages.row $r > logs/row-$r.log 2>&1 || { echo "row $r failed"; tail -3 logs/row-$r.log; }
-    if cmp -s data/rows/$r.json rows-cpu/$r.json; then echo "$r: upstream model and row record identical to the CPU study's"
+    if [ ! -f rows-cpu/$r.json ]; then echo "$r: no CPU record of this row to compare with"
+    elif cmp -s data/rows/$r.json rows-cpu/$r.json; then echo "$r: upstream model and row record identical to the CPU study's"
     else echo "$r: row record DIFFERS from the CPU study's"; diff data/rows/$r.json rows-cpu/$r.json | head -6; fi
   }
-  for r in $ROWS; do setup_row $r > logs/setup-$r.txt 2>&1 & done
-  wait
-  cat logs/setup-*.txt >> $OUT/setup.log
-  echo "setup took $(( $(date +%s) - T0 )) s" >> $OUT/setup.log
+  if [ -f .sitting-vocab_only_berts.py ]; then
+    python3 .sitting-vocab_only_berts.py de en > logs/berts.log 2>&1 || { echo "BERT vocabularies failed"; tail -3 logs/berts.log; }
+  fi >> $OUT/setup.log
+  # each row's cells start when its setup is done (logs/ready-ROW), so a row that trains upstream holds back no other
+  for r in $ROWS; do { setup_row $r > logs/setup-$r.txt 2>&1; touch logs/ready-$r; } & done
   cat > queue.sh <<'EOF'
 cell() {
-  r=$1; s=$2; log=logs/$r-s$s.log; t=$(date +%s)
+  r=$1; s=$2; log=logs/$r-s$s.log
+  while [ ! -f logs/ready-$r ]; do sleep 5; done
+  t=$(date +%s)
   if [ $(( t - T0 )) -gt "$START_BY" ]; then
     echo "$r $s not started: $(( t - T0 )) s after the setup began, past START_BY=$START_BY" >> logs/done.txt; return
   fi
@@ -72,10 +87,10 @@ EOF
   printf '%s\n' "$CELLS" > cells.txt
   export T0
   [ "${QUEUE:-1}" = 1 ] && setsid nohup bash queue.sh > logs/queue.log 2>&1 < /dev/null &
-  cat $OUT/setup.log
 else
   cd $W || exit 1
 fi
 while [ $(( $(date +%s) - T0 )) -lt "$wait_s" ] && ! grep -q "ALL DONE" logs/done.txt 2>/dev/null; do sleep 5; done
+cat logs/setup-*.txt > logs/setup-rows.txt 2>/dev/null; cat $OUT/setup.log logs/setup-rows.txt
 pack
 cat $OUT/done.txt 2>/dev/null; cat $OUT/progress.txt
