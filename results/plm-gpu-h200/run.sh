@@ -66,8 +66,16 @@ print('transformers', transformers.__version__, 'tokenizers', tokenizers.__versi
   if [ -f .sitting-vocab_only_berts.py ]; then
     python3 .sitting-vocab_only_berts.py de en > logs/berts.log 2>&1 || { echo "BERT vocabularies failed"; tail -3 logs/berts.log; }
   fi >> $OUT/setup.log
-  # each row's cells start when its setup is done (logs/ready-ROW), so a row that trains upstream holds back no other
-  for r in $ROWS; do { setup_row $r > logs/setup-$r.txt 2>&1; touch logs/ready-$r; } & done
+  # each row's cells start when its setup is done (logs/ready-ROW), so a row that trains upstream holds back no
+  # other; the setups, like the queue, outlive this call
+  export T0
+  { declare -f setup_row; cat <<'EOF'
+setup_row $1 > logs/setup-$1.txt 2>&1
+echo "$1 setup ended $(( $(date +%s) - T0 )) s after the setup began" >> logs/done.txt
+touch logs/ready-$1
+EOF
+  } > setup.sh
+  for r in $ROWS; do setsid nohup bash setup.sh $r > /dev/null 2>&1 < /dev/null & done
   cat > queue.sh <<'EOF'
 cell() {
   r=$1; s=$2; log=logs/$r-s$s.log
@@ -85,12 +93,11 @@ xargs -P "$PARALLEL" -L 1 bash -c 'cell "$0" "$1"' < cells.txt
 echo ALL DONE >> logs/done.txt
 EOF
   printf '%s\n' "$CELLS" > cells.txt
-  export T0
   [ "${QUEUE:-1}" = 1 ] && setsid nohup bash queue.sh > logs/queue.log 2>&1 < /dev/null &
 else
   cd $W || exit 1
 fi
 while [ $(( $(date +%s) - T0 )) -lt "$wait_s" ] && ! grep -q "ALL DONE" logs/done.txt 2>/dev/null; do sleep 5; done
-cat logs/setup-*.txt > logs/setup-rows.txt 2>/dev/null; cat $OUT/setup.log logs/setup-rows.txt
+cat logs/setup-*.txt > logs/rows-setup.txt 2>/dev/null; cat $OUT/setup.log logs/rows-setup.txt
 pack
 cat $OUT/done.txt 2>/dev/null; cat $OUT/progress.txt
