@@ -98,6 +98,6 @@ else
   cd $W || exit 1
 fi
 while [ $(( $(date +%s) - T0 )) -lt "$wait_s" ] && ! grep -q "ALL DONE" logs/done.txt 2>/dev/null; do sleep 5; done
-cat logs/setup-*.txt > logs/rows-setup.txt 2>/dev/null; cat $OUT/setup.log logs/rows-setup.txt
+cat $OUT/setup.log logs/setup-*.txt 2>/dev/null
 pack
 cat $OUT/done.txt 2>/dev/null; cat $OUT/progress.txt
