@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from vocabridge.config import ConfigError, Training, parse
 from vocabridge.nmt import precision
@@ -81,6 +82,36 @@ def test_what_another_process_writes_later_never_changes_this_process_s_decision
     assert precision.cached_cpu_speedup(lambda: 2.0) == 0.9
     monkeypatch.setattr(precision, "_DECIDED", {})
     assert precision.cached_cpu_speedup(lambda: 2.0) == 1.4
+
+
+def test_the_probe_times_one_thread_by_its_cpu_time_and_gives_the_threads_back(monkeypatch):
+    """Whatever the stage's thread count, the probe runs on one thread (at two, other work on the machine swung its
+    answer 0.15-4.3x) and each pass counts the CPU time the process got, not the clock; the stage's threads come
+    back afterwards, also when the probe fails."""
+    seen, clocks = [], []
+    real_block = precision._block_seconds
+
+    def spy(bf16, budget, give_up_after=None):
+        seen.append(torch.get_num_threads())
+        return real_block(bf16, 0.01, give_up_after)
+
+    monkeypatch.setattr(precision, "_block_seconds", spy)
+    real_clock = precision.time.process_time
+    monkeypatch.setattr(precision.time, "process_time", lambda: clocks.append(1) or real_clock())
+    torch.set_num_threads(2)
+    try:
+        assert precision.probe_cpu_speedup() > 0
+        assert seen == [1, 1] and torch.get_num_threads() == 2 and len(clocks) >= 4
+
+        def broken(*_args, **_kwargs):
+            raise RuntimeError("probe failed")
+
+        monkeypatch.setattr(precision, "_block_seconds", broken)
+        with pytest.raises(RuntimeError):
+            precision.probe_cpu_speedup()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
 
 
 def test_params_accept_auto_true_false_and_name_a_bad_value():
