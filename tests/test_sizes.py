@@ -86,12 +86,30 @@ def test_the_command_writes_the_table_and_both_figures(folders, tmp_path):
     # the cost of a cell at each size, against the flow's estimate where the folder keeps the run's record
     cost = pd.read_csv(out / "costs.csv").set_index(["size", "row"])
     assert cost.loc[(7997, "fwet"), "finetune_min"] == 40.0 and cost.loc[(1997, "fwet"), "updates"] == 500
-    assert cost.loc[(7997, "fwet"), "expected_finetune_min"] == 82.3  # the mean of its two fine-tunes' estimates
+    assert cost.loc[(7997, "fwet"), "expected_finetune_min"] == 82.3  # its own fine-tune's estimate (fwet-1)
     assert pd.isna(cost.loc[(1997, "fwet"), "expected_finetune_min"])  # that folder keeps no flow record
     assert cost.loc[(7997, "fwet"), "machine"] == "AMD EPYC AVX512, bf16 yes, 1 thread"
     assert cost.loc[(7997, "fwet"), "tok_s"] == 4000 and cost.loc[(7997, "fwet"), "tok_s_range"] == "4000-4000"
     assert "## Cost per cell" in text and "| 7997 | fwet | 1 | 0 | 2000 | 40 | 40.0-40.0 | 82.3 |" in \
         (out / "sizes.md").read_text()
+    # a row whose seeds ran on two machines alike by name but not by precision: a line each, and the flow's
+    # estimate only beside the cells that its run made (fwet-2 here; fwet-1's record says another machine's run)
+    other = folders[0] / "cells" / "fwet" / "s2"
+    other.mkdir()
+    data = json.loads((folders[0] / "cells" / "fwet" / "s1" / "record.json").read_text())
+    data["finetune"] |= {"precision": "fp32", "train_seconds": 6000.0}
+    (other / "record.json").write_text(json.dumps(data))
+    stages["finetune@fwet-1"]["outcome"] = "up-to-date"  # a later sitting of the flow found it made
+    (folders[0] / "flow_run.json").write_text(json.dumps({"stages": stages}))
+    assert cli("sizes", *map(str, folders), "--out", str(out)).returncode == 0
+    cost = pd.read_csv(out / "costs.csv")
+    lines = cost[(cost["size"] == 7997) & (cost["row"] == "fwet")].set_index("machine")
+    assert lines.loc["AMD EPYC AVX512, bf16 yes, 1 thread, fp32", ["cells", "finetune_min"]].tolist() == [1, 100.0]
+    assert lines.loc["AMD EPYC AVX512, bf16 yes, 1 thread, fp32", "expected_finetune_min"] == 82.3  # fwet-2's
+    assert pd.isna(lines.loc["AMD EPYC AVX512, bf16 yes, 1 thread", "expected_finetune_min"])
+    assert "- 7,997 pairs: 0 of 4 fine-tuned cells" in (out / "sizes.md").read_text()  # both lines count
+    other.joinpath("record.json").unlink()
+    other.rmdir()
     # a fine-tune stopped by its cap counts against convergence, a row that does not fine-tune does not count
     record = folders[0] / "cells" / "fwet" / "s1" / "record.json"
     data = json.loads(record.read_text())

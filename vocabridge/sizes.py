@@ -73,24 +73,31 @@ def gather(folders: list[Path]) -> Sizes:
 
 
 def _machine(record: dict) -> str:
+    """The machine and the precision its fine-tune computed in: two CPUs that a record names alike (an Intel Xeon
+    with AMX and one without) differ in both, and a row whose seeds ran on several gets a cost line for each."""
     m = record.get("machine") or {}
     threads = m.get("threads", "?")
+    precision = (record.get("finetune") or {}).get("precision")
     return (f"{m.get('cpu', '?')} {m.get('capability', '?')}, bf16 {'yes' if m.get('bf16_native') else 'no'}, "
-            f"{threads} thread{'s' * (threads != 1)}" + (f", {m['gpu']}" if m.get("gpu") else ""))
+            f"{threads} thread{'s' * (threads != 1)}" + (f", {m['gpu']}" if m.get("gpu") else "")
+            + (f", {precision}" if precision else ""))
 
 
-def _expected(folder: Path) -> dict[str, list[float]]:
-    """Each row's fine-tunes' expected seconds, from the flow's record of its run kept in the folder
-    (flow_run.json: every stage's estimate, `vocabridge estimate`'s model), by row; empty without one."""
+def _expected(folder: Path) -> dict[tuple[str, str], float]:
+    """Each fine-tune's expected seconds by (row, seed), from the flow's record of its run kept in the folder
+    (flow_run.json: every stage's estimate, `vocabridge estimate`'s model, on the machine that ran it); empty
+    without one. Cells that other runs made (another machine's flow, whose record was not kept) have none."""
     path = folder / "flow_run.json"
     if not path.is_file():
         return {}
     stages = json.loads(path.read_text(encoding="utf-8")).get("stages") or {}
-    out: dict[str, list[float]] = {}
+    out: dict[tuple[str, str], float] = {}
     for name, stage in stages.items():
         group, _, item = name.partition("@")
-        if group == "finetune" and stage.get("expected_seconds") is not None:
-            out.setdefault(item.rpartition("-")[0], []).append(float(stage["expected_seconds"]))
+        if group == "finetune" and stage.get("expected_seconds") is not None \
+                and stage.get("outcome") != "up-to-date":
+            row, _, seed = item.rpartition("-")
+            out[(row, seed)] = float(stage["expected_seconds"])
     return out
 
 
@@ -111,15 +118,19 @@ def costs(sizes: Sizes) -> pd.DataFrame:
     median over seeds, which a cell paused or run beside other work moves least, and the range), the token
     distillation's minutes where the row has one, the test set's decoding, the fine-tunes' target tokens per second
     (machines that a record names alike can differ: 1,401 against 3,772 for the same row at 8,000 pairs on two AMD
-    EPYC AVX512 machines), and the machine that ran it; against the flow's estimate of the same fine-tune where the
-    folder keeps the run's record (flow_run.json)."""
+    EPYC AVX512 machines), a line per row and machine (with the precision it computed in); against the flow's
+    estimate of the same fine-tunes where the folder keeps the record of the run that made them (flow_run.json)."""
     lines = []
     for folder, size in sorted(sizes.sizes.items(), key=lambda kv: kv[1]):
         expected = _expected(Path(folder))
-        by_row: dict[str, list[dict]] = {}
+        by_line: dict[tuple[str, str], list[tuple[str, dict]]] = {}
         for path in sorted(Path(folder, "cells").glob("*/s*/record.json")):
-            by_row.setdefault(path.parent.parent.name, []).append(json.loads(path.read_text(encoding="utf-8")))
-        for row, records in sorted(by_row.items()):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            by_line.setdefault((path.parent.parent.name, _machine(record)), []).append(
+                (path.parent.name.removeprefix("s"), record))
+        for (row, machine), cells in sorted(by_line.items()):
+            records = [record for _, record in cells]
+            estimates = [expected[(row, seed)] for seed, _ in cells if (row, seed) in expected]
             tuned = [r["finetune"] for r in records if (r.get("finetune") or {}).get("train_seconds") is not None]
             minutes = [t["train_seconds"] / 60 for t in tuned]
             speed = [t["target_tokens_per_s"] for t in tuned if t.get("target_tokens_per_s")]
@@ -132,13 +143,12 @@ def costs(sizes: Sizes) -> pd.DataFrame:
                 "updates": round(median([t["updates"] for t in tuned])) if tuned else None,
                 "finetune_min": round(median(minutes), 1) if minutes else None,
                 "finetune_min_range": f"{min(minutes):.1f}-{max(minutes):.1f}" if minutes else None,
-                "expected_finetune_min": round(sum(expected[row]) / len(expected[row]) / 60, 1)
-                if expected.get(row) else None,
+                "expected_finetune_min": round(sum(estimates) / len(estimates) / 60, 1) if estimates else None,
                 "distill_min": round(median(distill), 1) if distill else None,
                 "decode_s": round(median(decode), 1) if decode else None,
                 "tok_s": round(median(speed)) if speed else None,
                 "tok_s_range": f"{min(speed):.0f}-{max(speed):.0f}" if speed else None,
-                "machine": "; ".join(sorted({_machine(r) for r in records}))})
+                "machine": machine})
     return pd.DataFrame(lines, columns=COST_COLUMNS)
 
 
@@ -354,8 +364,9 @@ def write(sizes: Sizes, methods: list[str], out: Path, negligible: float = 0.5) 
         f"last evaluation; the fine-tune's updates and wall minutes (median over seeds; "
         f"the range: a cell that ran beside other work or was paused reads longer), the token distillation's "
         f"minutes, the test set's decoding, the fine-tunes' target tokens per second (median and range: records "
-        f"that name the same machine can differ in speed), the machine; expected: the flow's estimate of the same "
-        f"fine-tune, where "
-        f"the folder keeps the run's record (flow_run.json).\n\n{to_markdown(cost)}\n",
+        f"that name the same machine can differ in speed), the machine and the precision the fine-tunes computed in "
+        f"(a line each where a row's seeds ran on several); expected: the flow's estimate of the same fine-tunes at "
+        f"their update cap, on the machine that ran them, where the folder keeps that run's record (flow_run.json)."
+        f"\n\n{to_markdown(cost)}\n",
         encoding="utf-8")
     return written
