@@ -98,22 +98,35 @@ class Dag:
             depth[name] = 1 + max(ups) if ups else 0
         return depth
 
-    def startable(self, pending: list[str], done: set[str], slots: int, running: Sequence[str] = ()) -> list[str]:
+    def startable(self, pending: list[str], done: set[str], slots: int, running: Sequence[str] = (),
+                  first: Collection[str] = ()) -> list[str]:
         """The `slots` pending stages to start now: those whose upstream stages are done, deepest first, and that
         read or write nothing a `running` stage writes (DVC would refuse them: its locks are per path).
 
         Deepest first finishes what was started: a cell's evaluation runs before the next cell's fine-tune, so
         finished cells accumulate while a long grid runs and a run cut off loses the least. Ties keep DVC's order.
+        `first` (`skippable`: DVC will skip them in seconds) go ahead of the rest, so that a run restarted after a
+        stop reaches the cells it had started (their fine-tunes resume from checkpoints) before it starts new
+        ones, rather than leaving a cheap up-to-date stage that gates them behind hours of other fine-tunes.
         """
         depth = self.depth()
         ready = self.ready(pending, done, running)
         picked: list[str] = []
-        for name in sorted(ready, key=lambda n: -depth[n]):
+        for name in sorted(ready, key=lambda n: (n not in first, -depth[n])):
             if len(picked) >= slots:
                 break
             if not any(self.conflict(busy, name) for busy in [*running, *picked]):
                 picked.append(name)
         return picked
+
+    def skippable(self, nothing_to_do: Collection[str]) -> set[str]:
+        """The stages DVC will skip: nothing to do for themselves (`dvc status`) nor for any upstream stage of this
+        DAG (a stage whose upstream stage runs again may have work once it has)."""
+        out: set[str] = set()
+        for name in self.order:  # topological
+            if name in nothing_to_do and all(u in out for u in self.stages[name].upstream if u in self.stages):
+                out.add(name)
+        return out
 
     def ready(self, pending: Collection[str], done: Collection[str], running: Collection[str] = ()) -> list[str]:
         """The pending stages whose upstream stages are done and that no row stage holds back (`held`)."""
@@ -190,7 +203,7 @@ class Dag:
         return max(1, cores // max(1, min(jobs, len(busy)))), max(1, cores // max(1, min(jobs, long_)))
 
     def launch(self, pending: Sequence[str], done: Collection[str], running: dict[str, int], cores: int,
-               jobs: int, elsewhere: int = 0) -> list[tuple[str, int]]:
+               jobs: int, elsewhere: int = 0, first: Collection[str] = ()) -> list[tuple[str, int]]:
         """The stages to start now (`startable`'s picks) with each one's torch threads: its share of the cores
         (`core_shares`), but never more than the cores that the `running` stages' threads (stage -> threads) leave
         free; with none free a ready stage waits. Threads are fixed when a stage starts, and a stage with every
@@ -202,7 +215,7 @@ class Dag:
         ready = self.ready(pending, done, running)
         shared, heavy = self.core_shares(cores, jobs, [*running, *ready])
         free, picked = cores - sum(running.values()), []
-        for name in self.startable(list(pending), set(done), jobs - len(running), list(running)):
+        for name in self.startable(list(pending), set(done), jobs - len(running), list(running), first):
             if free < 1:
                 break
             fixed = min(self.stages[name].threads, cores)  # more than the cores: it waits for all of them

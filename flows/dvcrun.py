@@ -116,6 +116,20 @@ def up_to_date(stage: str, workspace: Path) -> bool:
         return False
 
 
+def nothing_to_do(stages: list[str], workspace: Path) -> set[str]:
+    """The stages among `stages` for which one `dvc status` finds nothing to do (each for itself: `Dag.skippable`
+    keeps those whose upstream stages have nothing to do either); none when DVC cannot say (busy, or an error)."""
+    if not stages:
+        return set()
+    proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", *stages], cwd=workspace,
+                          env=dvc_env(), capture_output=True, text=True)
+    try:
+        changed = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except json.JSONDecodeError:
+        changed = None
+    return {s for s in stages if s not in changed} if isinstance(changed, dict) else set()
+
+
 def error_line(output: str) -> str:
     """The most telling line: the stage's own `error:` line, else DVC's `ERROR:` line, else the last line."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]

@@ -16,7 +16,7 @@ import fnmatch
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -33,7 +33,7 @@ from prefect.tasks import exponential_backoff
 from flows import dag as graph
 from flows import experiment, study
 from flows.dag import Dag, Stage, load_dag
-from flows.dvcrun import StageRun, dvc_ok, git, repro_stage, restore_lock
+from flows.dvcrun import StageRun, dvc_ok, git, nothing_to_do, repro_stage, restore_lock
 from flows.errors import FlowError, StageError
 from flows.preflight import preflight
 from flows.record import RunRecord
@@ -106,12 +106,15 @@ def run_dag(dag: Dag, workspace: Path, jobs: int, forced: set[str], retry_delay:
     patterns = remote["stages"] if remote and remote["stages"] else []  # checked against the whole DAG by `pipeline`
     remote_names = {n for n in dag.stages if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
     threads_of: dict[str, int] = {}  # running stage -> the torch threads it was given here (0: elsewhere)
+    first = set() if remote else dag.skippable(nothing_to_do([n for n in dag.order if n not in forced], workspace))
+    if first:
+        logger.info("%d of %d stages have nothing to do (dvc status): they go first", len(first), len(dag.stages))
     while pending or running:
         for name, stage in list(pending.items()):
             if any(u in failed or u in not_run for u in stage.upstream if u in dag.stages):
                 not_run.append(name)
                 del pending[name]
-        for name, threads in stage_threads(dag, jobs, list(pending), set(done), threads_of):
+        for name, threads in stage_threads(dag, jobs, list(pending), set(done), threads_of, first):
             stage, upstream = pending[name], [u for u in pending[name].upstream if u in dag.stages]
             opts = options(stage, retry_delay)
             if name in remote_names:
@@ -205,19 +208,19 @@ def _has_default_remote(workspace: Path) -> bool:
     return True
 
 
-def stage_threads(dag: Dag, jobs: int, pending: list[str], done: set[str], running: dict[str, int]
-                  ) -> list[tuple[str, int | None]]:
+def stage_threads(dag: Dag, jobs: int, pending: list[str], done: set[str], running: dict[str, int],
+                  first: Collection[str] = ()) -> list[tuple[str, int | None]]:
     """The stages to start now and the torch threads of each ($VOCABRIDGE_THREADS of the stage; compute.threads:
     0 reads it): the cores shared out (`Dag.launch`), so that a stage alone (pretrain) gets them all, two
     fine-tunes side by side get half each, and the running stages never hold more threads than there are cores,
     nor more than other work on the machine leaves free when the stage starts (`busy_elsewhere`, said in the log).
-    None when the user set $VOCABRIDGE_THREADS themselves."""
+    None when the user set $VOCABRIDGE_THREADS themselves. `first`: the stages DVC will skip (`Dag.startable`)."""
     if os.environ.get("VOCABRIDGE_THREADS"):
-        return [(n, None) for n in dag.startable(pending, done, jobs - len(running), list(running))]
-    if not dag.startable(pending, done, jobs - len(running), list(running)):
+        return [(n, None) for n in dag.startable(pending, done, jobs - len(running), list(running), first)]
+    if not dag.startable(pending, done, jobs - len(running), list(running), first):
         return []
     elsewhere = graph.busy_elsewhere()
-    picked = dag.launch(pending, done, running, graph.cores(), jobs, elsewhere)
+    picked = dag.launch(pending, done, running, graph.cores(), jobs, elsewhere, first)
     if elsewhere and picked:
         given = ", ".join(f"{name} gets {threads} thread{'s' * (threads > 1)}" for name, threads in picked)
         try:

@@ -351,6 +351,55 @@ def test_the_deepest_ready_stage_starts_first_so_cells_finish_one_by_one():
     assert dag.startable(["report"], set(), 2) == [] and dag.startable(list(dag.order), set(), 0) == []
 
 
+def restart(dag: Dag, first: set[str], jobs: int = 2) -> list[str]:
+    """The fine-tunes in the order a run starts them, `jobs` at once: a stage DVC skips takes 1 tick, a fine-tune
+    100, any other stage 10 (a transfer that distils, a row that hashes)."""
+    pending, done, running, started, clock = list(dag.order), set(), {}, [], 0
+    while pending or running:
+        for name in dag.startable(pending, done, jobs - len(running), list(running), first):
+            cost = 1 if name in first else 100 if name.startswith("finetune@") else 10
+            running[name] = clock + cost
+            pending.remove(name)
+            started += [name] if name.startswith("finetune@") else []
+        clock = min(running.values())
+        for name in [n for n, end in running.items() if end == clock]:
+            done.add(name)
+            del running[name]
+    return started
+
+
+def test_a_restarted_grid_resumes_the_cells_it_had_started_before_new_ones():
+    """va-llm's two cells stopped midway through their fine-tunes (checkpoints on disk): every stage up to them has
+    nothing to do. Deepest first alone starts ft-srcv's cells first (DVC's order, and their stages are ready first
+    while va-llm's wait behind cheap up-to-date ones); the stages DVC will skip going first reach va-llm's."""
+    dag = grid_dag(["ft-srcv", "va-llm"], [1, 2])
+    nothing = {"prepare@upstream", "pretrain", "upstream@joint-2", "generator", "row@ft-srcv", "row@va-llm",
+               "transfer@va-llm-1", "transfer@va-llm-2", "evaluate@ft-srcv-1"}
+    first = dag.skippable(nothing)
+    assert first == nothing - {"evaluate@ft-srcv-1"}  # its fine-tune has work: it will run again after it
+    assert restart(dag, first)[:2] == ["finetune@va-llm-1", "finetune@va-llm-2"]
+    assert restart(dag, set())[:2] == ["finetune@ft-srcv-1", "finetune@ft-srcv-2"]
+    assert dag.skippable(set()) == set() and dag.skippable(nothing - {"pretrain"}) == {"prepare@upstream",
+                                                                                      "upstream@joint-2"}
+
+
+@pytest.mark.slow
+def test_nothing_to_do_asks_dvc_once_for_every_stage(tmp_path):
+    from flows.dvcrun import nothing_to_do, repro_stage
+
+    run(["dvc", "init", "--no-scm", "-q"], tmp_path)
+    stages = {"a": {"cmd": "echo one > a.txt", "outs": ["a.txt"]},
+              "b": {"foreach": [1, 2], "do": {"cmd": "echo ${item} > b${item}.txt", "deps": ["a.txt"],
+                                              "outs": ["b${item}.txt"]}}}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    assert nothing_to_do(["a", "b@1", "b@2"], tmp_path) == set()
+    repro_stage("a", tmp_path, lock_timeout=10)
+    repro_stage("b@2", tmp_path, lock_timeout=10)
+    assert nothing_to_do(["a", "b@1", "b@2"], tmp_path) == {"a", "b@2"}
+    assert nothing_to_do(["a", "no-such-stage"], tmp_path) == set()  # DVC cannot say: nothing is skipped early
+    assert nothing_to_do([], tmp_path) == set()
+
+
 def test_a_row_waits_for_what_it_draws_on_not_for_every_upstream_model(tmp_path):
     """dvc.yaml's row@ROW reads the whole data/models/upstream folder; the flow starts a row once its own upstream
     model (and CBOW vectors, generator) exist, so that on a fresh machine the base model's rows need not wait for
