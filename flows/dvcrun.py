@@ -108,12 +108,7 @@ def git(args: list[str], cwd: Path) -> str:
 def up_to_date(stage: str, workspace: Path) -> bool:
     """Whether `dvc status` finds nothing to do for the stage itself (its upstream stages are the flow's business);
     False when DVC cannot say (a process writing the stage's outputs makes status busy too)."""
-    proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", stage], cwd=workspace, env=dvc_env(),
-                          capture_output=True, text=True)
-    try:
-        return proc.returncode == 0 and json.loads(proc.stdout) == {}
-    except json.JSONDecodeError:
-        return False
+    return stage in nothing_to_do([stage], workspace)
 
 
 def nothing_to_do(stages: list[str], workspace: Path) -> set[str]:
