@@ -14,8 +14,10 @@ main=$(git -C "$here" rev-parse --show-toplevel)
 mode=${1:?usage: remake.sh setup|run WORKSPACE}
 ws=${2:?usage: remake.sh setup|run WORKSPACE}
 commit=22387d3
-base_sha=3e0788e3134eb14488b1c9aee0a2afe58b0994b62fb375fba50b27463ac3fd00
 export PATH=$main/.venv/bin:$PATH PYTHONPATH=$ws TOKENIZERS_PARALLELISM=false
+# the base model the committed cells started from (3e0788e3...), as their records name it
+base_sha=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["upstream"]["sha256"])' \
+  "$here/cells/ft-tgtv-random/s1/record.json")
 
 if [ "$mode" = setup ]; then
   python - <<'PY'
