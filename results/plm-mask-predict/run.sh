@@ -7,6 +7,10 @@
 #                                                        row's model (abnet@UPSTREAM: mask-predict-upstream trains on
 #                                                        the upstream pairs, resuming where it stopped) and record
 #   bash results/plm-mask-predict/run.sh cell ROW SEED   one cell: transfer, fine-tune, evaluate (data/cells/ROW/sSEED)
+#   bash results/plm-mask-predict/run.sh all ROW         setup, then the five seeds' cells two at a time at one thread
+#                                                        each (params.yaml's seeds, 1 3 5 | 2 4), each skipped
+#                                                        where its record is: after a stop the same command
+#                                                        carries on (the upstream training from its checkpoint)
 # Threads: VOCABRIDGE_THREADS (1 for cells that pool with the committed ones).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,6 +42,21 @@ if [ "$mode" = setup ]; then
   done
 elif [ "$mode" = cell ]; then
   python -m stages.transfer "$1" "$2" && python -m stages.finetune "$1" "$2" && python -m stages.evaluate "$1" "$2"
+elif [ "$mode" = all ]; then
+  row=$1
+  bash "$here/run.sh" setup "$row"
+  # params.yaml's seeds, alternately to two lanes (1 3 5 | 2 4)
+  listed=$(python -c 'from vocabridge.config import load_params; print(*load_params("params.yaml").seeds)')
+  read -r -a seeds <<< "$listed"
+  lane() { for seed in "$@"; do
+    [ -f "data/cells/$row/s$seed/record.json" ] && continue
+    status=0
+    VOCABRIDGE_THREADS=1 bash "$here/run.sh" cell "$row" "$seed" > "data/cells-$row-s$seed.log" 2>&1 || status=$?
+    echo "run.sh: $row s$seed exit $status $(date -u '+%F %T') UTC (log data/cells-$row-s$seed.log)"
+  done; }
+  odd=(); even=()
+  for i in "${!seeds[@]}"; do if (( i % 2 )); then even+=("${seeds[i]}"); else odd+=("${seeds[i]}"); fi; done
+  lane "${odd[@]}" & lane "${even[@]}" & wait
 else
-  echo "usage: run.sh setup ROW... | run.sh cell ROW SEED" >&2; exit 2
+  echo "usage: run.sh setup ROW... | run.sh cell ROW SEED | run.sh all ROW" >&2; exit 2
 fi
