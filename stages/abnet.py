@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
     model, source_tokenizer, target_tokenizer = new_abnet(paths.PLMS / lang.src, paths.PLMS / lang.tgt, cfg.adapters,
                                                           spec.plms, cfg.train.seed, spec.decoder, sponsored)
     model.to(device)  # made on the CPU (the same initial weights everywhere), trained on compute.device
-    plots, metrics = paths.PLOTS / "abnet" / name, paths.METRICS / "abnet" / f"{name}.json"
+    plots, metrics = paths.abnet_outputs(name)
     summary: dict = {"updates": 0, "stopped": "no upstream training (abnets.NAME.upstream: false)"}
     state = State()
     if spec.upstream:

@@ -48,7 +48,8 @@ def main(argv: list[str]) -> None:
                         clusters=book_clusters(len(refs)), adapted=adapted, mismatch=mismatch, lang=lang,
                         upstream_sentences=params.evaluate.upstream_sentences, study=params.profile,
                         test_books=test_books, heldout=heldout_set(gathered.records, lang.tgt, bible),
-                        plms=study_plms(params.plms), documents=not bible)
+                        plms=study_plms(params.plms), documents=not bible,
+                        upstreams=study_upstreams(params.abnets))
     with atomic_dir(paths.REPORTS / "results") as tmp:
         write_report(built, tmp)
     print(built.markdown)
@@ -63,6 +64,24 @@ def study_plms(languages) -> dict[str, tuple[pd.DataFrame, dict]]:
         curve, metrics = paths.plm_outputs(code)
         if curve.is_file() and metrics.is_file():
             found[code] = (pd.read_csv(curve), json.loads(metrics.read_text(encoding="utf-8")))
+    return found
+
+
+def study_upstreams(abnets) -> dict[str, tuple[pd.DataFrame, dict]]:
+    """Each `abnets` entry's upstream training as the abnet stage left it: its dev curve (step, dev_bleu,
+    dev_loss) and metrics (entries without an upstream training, or whose stage has not run, left out). Not a
+    dependency of its own in dvc.yaml, as the BERTs are not: the rows' stages depend on data/models/upstream."""
+    found = {}
+    for name, spec in abnets.items():
+        plots, metrics = paths.abnet_outputs(name)
+        if not (spec.upstream and metrics.is_file() and (plots / "dev_bleu.csv").is_file()):
+            continue
+        summary = json.loads(metrics.read_text(encoding="utf-8"))
+        if summary.get("updates"):
+            curve = pd.read_csv(plots / "dev_bleu.csv")
+            if (plots / "dev_loss.csv").is_file():
+                curve = curve.merge(pd.read_csv(plots / "dev_loss.csv"), on="step", how="left")
+            found[name] = (curve, summary)
     return found
 
 

@@ -293,6 +293,7 @@ def test_no_finished_cell_is_a_report_that_says_so(tmp_path):
     write_report(built, tmp_path)
     assert (tmp_path / "report.md").is_file() and not (tmp_path / "differences.png").exists()
     assert "## Decoding speed" not in built.markdown and "## The pretrained language models" not in built.markdown
+    assert "## Upstream trainings" not in built.markdown and not (tmp_path / "upstream_curves.png").exists()
     assert not (tmp_path / "plm_curves.png").exists()
 
 
@@ -333,6 +334,43 @@ def test_decoding_speed_and_the_studys_berts_have_their_sections(tmp_path):
     write_report(built, tmp_path / "out")
     assert (tmp_path / "out" / "plm_curves.png").stat().st_size > 0
     assert len(pd.read_csv(tmp_path / "out" / "decoding_speed.csv")) == 3
+
+
+def test_the_upstream_trainings_of_ab_net_models_have_their_section(tmp_path, monkeypatch):
+    """The report stage reads what the abnet stage writes (write_logs, its metrics) for entries that trained on the
+    upstream pairs, and the report shows each curve, its kept update and the first evaluation's dev BLEU."""
+    from stages.report import study_upstreams
+    from vocabridge import workspace as paths
+    from vocabridge.config import AbnetModel
+    from vocabridge.fileio import write_json
+    from vocabridge.nmt.train import State, write_logs
+
+    monkeypatch.setattr(paths, "PLOTS", tmp_path / "plots")
+    monkeypatch.setattr(paths, "METRICS", tmp_path / "metrics")
+    dev = [(0, 0.0, 14.1), (500, 0.26, 9.95), (1000, 0.2, 9.47), (1500, 3.8, 7.15), (2000, 3.5, 7.2)]
+    state = State(dev_log=[{"step": s, "dev_bleu": b, "dev_loss": loss} for s, b, loss in dev])
+    for name, updates in (("mp-upstream", 2000), ("mp", 0)):
+        plots, metrics = paths.abnet_outputs(name)
+        write_logs(state if updates else State(), plots)
+        write_json(metrics, {"updates": updates, "best_update": 1500, "best_dev_bleu": 3.8, "best_dev_loss": 7.15,
+                             "stopped": "patience", "train_seconds": 5400.0, "plms": False} if updates else
+                   {"updates": 0, "stopped": "no upstream training (abnets.NAME.upstream: false)", "plms": False})
+    abnets = {"mp-upstream": AbnetModel(plms=False), "mp": AbnetModel(plms=False, upstream=False),
+              "not-run": AbnetModel(plms=False)}
+    upstreams = study_upstreams(abnets)
+    assert list(upstreams) == ["mp-upstream"]  # no training, or no stage run: no line
+    assert list(upstreams["mp-upstream"][0].columns) == ["step", "dev_bleu", "dev_loss"]
+    built = grid_report(read_cells([tmp_path / "none"], {"ft-srcv": "x"}), ["ft-srcv"], REFS, Report(),
+                        upstreams=upstreams)
+    (line,) = built.tables["upstream_trainings"].to_dict("records")
+    assert (line["best_update"], line["first_eval_update"], line["first_eval_dev_bleu"]) == (1500, 500, 0.26)
+    assert not line["best_at_last_eval"] and line["train_hours"] == 1.5 and line["stopped"] == "patience"
+    assert len(built.tables["upstream_curves"]) == 5 and "## Upstream trainings of the AB-Net family" in built.markdown
+    (tmp_path / "out").mkdir()
+    write_report(built, tmp_path / "out")
+    assert (tmp_path / "out" / "upstream_curves.png").stat().st_size > 0
+    assert len(pd.read_csv(tmp_path / "out" / "upstream_curves.csv")) == 5
+
 
 
 def test_committing_cells_adds_and_never_deletes(two_sessions, tmp_path):

@@ -46,6 +46,12 @@ def plm_outputs(code: str) -> tuple[Path, Path]:
     return PLOTS / "plm" / code / "curve.csv", METRICS / "plm" / f"{code}.json"
 
 
+def abnet_outputs(name: str) -> tuple[Path, Path]:
+    """The plots folder (train_loss.csv, dev_bleu.csv, dev_loss.csv) and metrics of abnet@NAME's upstream training
+    (the report reads both)."""
+    return PLOTS / "abnet" / name, METRICS / "abnet" / f"{name}.json"
+
+
 def row_file(row: str) -> Path:
     return ROWS / f"{row}.json"
 

@@ -22,7 +22,13 @@ from vocabridge.report.conditions import (
     seed_list,
 )
 from vocabridge.report.markdown import speed_and_plm_markdown, study_markdown, test_sets_sentence
-from vocabridge.report.plots import differences_plot, forgetting_plot, learning_curves_plot, plm_curves_plot
+from vocabridge.report.plots import (
+    differences_plot,
+    forgetting_plot,
+    learning_curves_plot,
+    plm_curves_plot,
+    upstream_curves_plot,
+)
 from vocabridge.report.tables import (
     COLUMNS,
     build_table,
@@ -36,6 +42,7 @@ from vocabridge.report.tables import (
     rank_correlations,
     seed_comparisons_table,
     seeds_table,
+    upstream_trainings_summary,
     vocabulary_fit_table,
 )
 from vocabridge.report.verdicts import (
@@ -92,7 +99,8 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
                 clusters: Sequence[str] | None = None, adapted: frozenset[str] | set[str] = frozenset(),
                 mismatch: dict | None = None, lang=None, upstream_sentences: int | None = None,
                 study: str = "", test_books: Sequence[str] | None = None, heldout: HeldOut | None = None,
-                plms: dict[str, tuple[pd.DataFrame, dict]] | None = None, documents: bool = False) -> Built:
+                plms: dict[str, tuple[pd.DataFrame, dict]] | None = None, documents: bool = False,
+                upstreams: dict[str, tuple[pd.DataFrame, dict]] | None = None) -> Built:
     """The report of a grid from its cell records: `rows` the grid's rows in order, `refs` the test references the
     records' hypotheses were scored against, `cfg` the report settings (vocabridge.config.Report: baseline and
     also_against are row names), `seeds` the grid's seeds (cells not found are listed as not finished),
@@ -102,7 +110,8 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     `test_books` the test set's books as the report names them (None: the distinct `clusters`), `heldout` the
     second test set (None: none; a record counts on it when its dev_hyp.txt has a line per sentence and its
     `heldout_dev_test.digest` is the set's), `plms` the study's own BERTs (language -> their curve.csv and metrics;
-    None: none), `documents` whether the clusters are a user's documents (else the Bible's books)."""
+    None: none), `documents` whether the clusters are a user's documents (else the Bible's books), `upstreams` the
+    upstream trainings of its AB-Net-family models (abnet@NAME -> their dev curve and metrics; None: none)."""
     left_out = list(gathered.left_out)
     records = []
     for record in gathered.records:
@@ -230,11 +239,15 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     plm_lines = plm_summary(plms or {})
     plm_curves = pd.concat([curve.assign(language=lang) for lang, (curve, _) in (plms or {}).items()],
                            ignore_index=True) if plms else pd.DataFrame(columns=["language", "step"])
+    upstream_lines = upstream_trainings_summary(upstreams or {})
+    upstream_curves = pd.concat([curve.assign(model=name)[["model", *curve.columns]]
+                                 for name, (curve, _) in (upstreams or {}).items()],
+                                ignore_index=True) if upstreams else pd.DataFrame(columns=["model", "step"])
     tables = {"report": table, "rows": rows_table, "cells": cells, "seeds": seeds_frame,
               "seed_comparisons": seed_tests, "correlations": correlations, "learning_curves": grouped_curves,
               "forgetting": forgetting, "extension": extension, "decoding_speed": speed,
               "latency_verdicts": latency, "plms": plm_lines,
-              "plm_curves": plm_curves}
+              "plm_curves": plm_curves, "upstream_trainings": upstream_lines, "upstream_curves": upstream_curves}
     for paper, layout, verdicts in papers:
         tables[f"paper_{paper.key}"], tables[f"paper_{paper.key}_orderings"] = layout, verdicts
     sets = test_sets_sentence(len(refs), test_books if test_books is not None else
@@ -243,7 +256,8 @@ def grid_report(gathered: Gathered, rows: Sequence[str], refs: list[str], cfg, *
     markdown = study_markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_tests, grouped_curves,
                          threshold, cfg, clusters, forgetting, extension, correlations, shared_vocab, fit,
                          upstream_sentences, diagnostics, missing_rows, left_out, seeds, baseline, sets, conditions,
-                         more=speed_and_plm_markdown(speed, plm_lines, baseline, latency), documents=documents)
+                         more=speed_and_plm_markdown(speed, plm_lines, baseline, latency, upstream_lines),
+                         documents=documents)
     return Built(markdown, tables, grouped_curves, threshold, missing_rows, left_out)
 
 
@@ -276,3 +290,6 @@ def write_report(built: Built, folder: Path) -> None:
         forgetting_plot(built.tables["forgetting"], folder / "forgetting.png")
     if len(built.tables["plm_curves"]):
         plm_curves_plot(built.tables["plm_curves"], folder / "plm_curves.png")
+    if len(built.tables["upstream_curves"]):
+        upstream_curves_plot(built.tables["upstream_curves"], built.tables["upstream_trainings"],
+                             folder / "upstream_curves.png")

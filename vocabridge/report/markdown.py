@@ -147,9 +147,10 @@ def study_markdown(study, rows, by_row, cells, rows_table, tests, papers, seed_t
 
 
 def speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: str,
-                           latency: pd.DataFrame | None = None) -> list[str]:
-    """The decoding-speed section (where cells measured latency), with Guo et al.'s speed claim as verdicts, and
-    the BERTs' section (where the study made or took BERTs)."""
+                           latency: pd.DataFrame | None = None, upstreams: pd.DataFrame | None = None) -> list[str]:
+    """The decoding-speed section (where cells measured latency), with Guo et al.'s speed claim as verdicts, the
+    BERTs' section (where the study made or took BERTs) and the AB-Net family's upstream trainings (where an
+    abnet@NAME trained on the upstream pairs)."""
     parts = []
     if len(speed):
         parts.append(
@@ -179,6 +180,15 @@ def speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: st
             "flattened); stopped: an early stop (plm.train.patience) or the budget (plm.train.max_updates). The "
             "curves: `plm_curves.csv`, `plm_curves.png`.\n\n![The BERTs' learning curves](plm_curves.png)\n\n"
             + to_markdown(plms))
+    if upstreams is not None and len(upstreams):
+        parts.append(
+            "## Upstream trainings of the AB-Net family\n\nThe models of abnet@NAME trained on the upstream pairs "
+            "before their rows fine-tune them (`abnets.NAME.upstream: true`): dev BLEU on the upstream dev pairs "
+            "(abnet.dev_decoding) at each evaluation, the update kept (best_update, by abnet.train.select_by) and "
+            "the dev BLEU of the first evaluation beside it (a rise from it: the model learned); best_at_last_eval "
+            "true: the curve was still rising when training stopped; stopped: an early stop (abnet.train.patience) "
+            "or the budget (abnet.train.max_updates). The curves: `upstream_curves.csv`, `upstream_curves.png`."
+            "\n\n![The upstream trainings' dev curves](upstream_curves.png)\n\n" + to_markdown(upstreams))
     return parts
 
 

@@ -1,5 +1,5 @@
 """The report's figures: each row's difference from its reference marked by verdict, forgetting, learning
-curves and the BERTs' curves (matplotlib, Agg)."""
+curves, the BERTs' curves and the AB-Net family's upstream trainings (matplotlib, Agg)."""
 
 from __future__ import annotations
 
@@ -135,6 +135,36 @@ def plm_curves_plot(curves: pd.DataFrame, path: Path) -> None:
     ax.set_ylabel("held-out masked-piece accuracy")
     ax.set_title("The BERTs' learning curves (plm@LANG)")
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+
+def upstream_curves_plot(curves: pd.DataFrame, summary: pd.DataFrame, path: Path) -> None:
+    """Dev BLEU (solid) and dev loss (dashed, right axis) of each AB-Net-family model against its upstream
+    training updates, the kept update circled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    loss_ax = ax.twinx()
+    kept = summary.set_index("model")["best_update"].to_dict() if len(summary) else {}
+    for name, curve in curves.groupby("model", sort=False):
+        curve = curve.sort_values("step")
+        (line,) = ax.plot(curve["step"], curve["dev_bleu"], marker="o", markersize=3, label=f"{name} dev BLEU")
+        loss_ax.plot(curve["step"], curve["dev_loss"], linestyle="--", color=line.get_color(), alpha=0.6,
+                     label=f"{name} dev loss")
+        best = curve[curve["step"] == kept.get(name)]
+        ax.scatter(best["step"], best["dev_bleu"], s=80, facecolors="none", edgecolors=line.get_color(), zorder=3)
+    ax.set_xlabel("upstream training updates")
+    ax.set_ylabel("upstream dev BLEU")
+    loss_ax.set_ylabel("upstream dev loss")
+    ax.set_title("Upstream trainings (abnet@NAME), the kept update circled")
+    handles = [h for a in (ax, loss_ax) for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

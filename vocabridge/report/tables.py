@@ -1,5 +1,6 @@
 """The report's tables as DataFrames: one line per row, vocabulary fit, forgetting, learning-curve summaries,
-decoding speed, the BERTs' curves, rank correlations, the extension rows and the seed comparisons."""
+decoding speed, the BERTs' curves, the AB-Net family's upstream trainings, rank correlations, the extension rows
+and the seed comparisons."""
 
 from __future__ import annotations
 
@@ -183,6 +184,30 @@ def plm_summary(plms: dict[str, tuple[pd.DataFrame, dict]], window: int = 2000) 
             "train_hours": round(metrics["train_seconds"] / 3600, 2) if metrics.get("train_seconds") else None,
             "precision": metrics.get("precision"), "threads": metrics.get("threads"),
             "parameters": metrics.get("parameters"), "vocab_size": metrics.get("vocab_size")})
+    return pd.DataFrame(lines)
+
+
+
+def upstream_trainings_summary(trainings: dict[str, tuple[pd.DataFrame, dict]]) -> pd.DataFrame:
+    """The upstream trainings of the study's AB-Net-family models (abnet@NAME with `upstream: true`), one line
+    each: updates run, the kept update and its dev BLEU and loss, the dev BLEU at the first evaluation (a rise from
+    it says the model learned), whether the kept update was the last evaluated one (still rising at the end), why
+    training stopped. `trainings`: name -> (its dev curve: step, dev_bleu, dev_loss; its metrics JSON)."""
+    lines = []
+    for name, (curve, metrics) in trainings.items():
+        evaluated = curve[curve["step"] > 0].sort_values("step")
+        first = evaluated.iloc[0] if len(evaluated) else None
+        lines.append({
+            "model": name, "updates": metrics.get("updates"), "best_update": metrics.get("best_update"),
+            "best_dev_bleu": metrics.get("best_dev_bleu"), "best_dev_loss": metrics.get("best_dev_loss"),
+            "first_eval_update": None if first is None else int(first["step"]),
+            "first_eval_dev_bleu": None if first is None else float(first["dev_bleu"]),
+            "best_at_last_eval": bool(len(evaluated)) and metrics.get("best_update") == int(evaluated.iloc[-1]["step"]),
+            "stopped": metrics.get("stopped"),
+            "train_hours": round(metrics["train_seconds"] / 3600, 2) if metrics.get("train_seconds") else None,
+            "target_tokens_per_s": metrics.get("target_tokens_per_s"), "precision": metrics.get("precision"),
+            "threads": metrics.get("threads"), "device": metrics.get("device"),
+            "trainable_parameters": metrics.get("trainable_parameters")})
     return pd.DataFrame(lines)
 
 
