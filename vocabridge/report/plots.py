@@ -164,7 +164,7 @@ def upstream_curves_plot(curves: pd.DataFrame, summary: pd.DataFrame, path: Path
     loss_ax.set_ylabel("upstream dev loss")
     ax.set_title("Upstream trainings (abnet@NAME), the kept update circled")
     handles = [h for a in (ax, loss_ax) for h in a.get_legend_handles_labels()[0]]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize=7)
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="center right")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
