@@ -353,7 +353,8 @@ def test_the_upstream_trainings_of_ab_net_models_have_their_section(tmp_path, mo
         plots, metrics = paths.abnet_outputs(name)
         write_logs(state if updates else State(), plots)
         write_json(metrics, {"updates": updates, "best_update": 1500, "best_dev_bleu": 3.8, "best_dev_loss": 7.15,
-                             "stopped": "patience", "train_seconds": 5400.0, "plms": False} if updates else
+                             "stopped": "early stop", "stopped_by": "patience", "best_at_end": False,
+                             "train_seconds": 5400.0, "plms": False} if updates else
                    {"updates": 0, "stopped": "no upstream training (abnets.NAME.upstream: false)", "plms": False})
     abnets = {"mp-upstream": AbnetModel(plms=False), "mp": AbnetModel(plms=False, upstream=False),
               "not-run": AbnetModel(plms=False)}
@@ -364,7 +365,7 @@ def test_the_upstream_trainings_of_ab_net_models_have_their_section(tmp_path, mo
                         upstreams=upstreams)
     (line,) = built.tables["upstream_trainings"].to_dict("records")
     assert (line["best_update"], line["first_eval_update"], line["first_eval_dev_bleu"]) == (1500, 500, 0.26)
-    assert not line["best_at_last_eval"] and line["train_hours"] == 1.5 and line["stopped"] == "patience"
+    assert not line["best_at_end"] and line["train_hours"] == 1.5 and line["stopped_by"] == "patience"
     assert len(built.tables["upstream_curves"]) == 5 and "## Upstream trainings of the AB-Net family" in built.markdown
     (tmp_path / "out").mkdir()
     write_report(built, tmp_path / "out")

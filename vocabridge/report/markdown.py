@@ -185,9 +185,10 @@ def speed_and_plm_markdown(speed: pd.DataFrame, plms: pd.DataFrame, baseline: st
             "## Upstream trainings of the AB-Net family\n\nThe models of abnet@NAME trained on the upstream pairs "
             "before their rows fine-tune them (`abnets.NAME.upstream: true`): dev BLEU on the upstream dev pairs "
             "(abnet.dev_decoding) at each evaluation, the update kept (best_update, by abnet.train.select_by) and "
-            "the dev BLEU of the first evaluation beside it (a rise from it: the model learned); best_at_last_eval "
-            "true: the curve was still rising when training stopped; stopped: an early stop (abnet.train.patience) "
-            "or the budget (abnet.train.max_updates). The curves: `upstream_curves.csv`, `upstream_curves.png`."
+            "the dev BLEU of the first evaluation beside it (a rise from it: the model learned); best_at_end true: "
+            "the kept update is the last one, not converged where the budget stopped it; stopped_by: patience (an "
+            "early stop, abnet.train.patience) or cap (the budget, abnet.train.max_updates). The curves: "
+            "`upstream_curves.csv`, `upstream_curves.png`."
             "\n\n![The upstream trainings' dev curves](upstream_curves.png)\n\n" + to_markdown(upstreams))
     return parts
 

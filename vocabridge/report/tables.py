@@ -191,8 +191,9 @@ def plm_summary(plms: dict[str, tuple[pd.DataFrame, dict]], window: int = 2000) 
 def upstream_trainings_summary(trainings: dict[str, tuple[pd.DataFrame, dict]]) -> pd.DataFrame:
     """The upstream trainings of the study's AB-Net-family models (abnet@NAME with `upstream: true`), one line
     each: updates run, the kept update and its dev BLEU and loss, the dev BLEU at the first evaluation (a rise from
-    it says the model learned), whether the kept update was the last evaluated one (still rising at the end), why
-    training stopped. `trainings`: name -> (its dev curve: step, dev_bleu, dev_loss; its metrics JSON)."""
+    it says the model learned), whether the kept update was the last one (training.LoopState.ending: not converged
+    where the cap stopped it there), what stopped training. `trainings`: name -> (its dev curve: step, dev_bleu,
+    dev_loss; its metrics JSON)."""
     lines = []
     for name, (curve, metrics) in trainings.items():
         evaluated = curve[curve["step"] > 0].sort_values("step")
@@ -202,7 +203,7 @@ def upstream_trainings_summary(trainings: dict[str, tuple[pd.DataFrame, dict]]) 
             "best_dev_bleu": metrics.get("best_dev_bleu"), "best_dev_loss": metrics.get("best_dev_loss"),
             "first_eval_update": None if first is None else int(first["step"]),
             "first_eval_dev_bleu": None if first is None else float(first["dev_bleu"]),
-            "best_at_last_eval": bool(len(evaluated)) and metrics.get("best_update") == int(evaluated.iloc[-1]["step"]),
+            "best_at_end": metrics.get("best_at_end"), "stopped_by": metrics.get("stopped_by"),
             "stopped": metrics.get("stopped"),
             "train_hours": round(metrics["train_seconds"] / 3600, 2) if metrics.get("train_seconds") else None,
             "target_tokens_per_s": metrics.get("target_tokens_per_s"), "precision": metrics.get("precision"),
